@@ -1,0 +1,189 @@
+"""The memory ledger: how many bytes each rank holds, over simulated time, and who allocated them.
+
+A tensor is a view onto a *storage*, the block of memory that really costs bytes. The runtime watches every op a
+rank runs (a TorchDispatchMode, see sim.py) and registers each storage the op materialises: activations,
+tensors autograd saves for backward, gradient buffers, recomputed activations, buffers that messages are
+received into. Views (slices, transposes, `.detach()`) and in-place ops make no new storage, so they cost
+nothing. When the last reference to a storage goes, a finalizer takes its bytes off the ledger.
+
+So `peak` is the high-water mark a real device would have needed for these tensors (less the allocator's
+rounding and fragmentation, which a simulator has no business guessing).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+import threading
+import weakref
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SIM_FILES = {os.path.join(_HERE, f) for f in ("sim.py", "sim_memory.py", "sim_clock.py")}
+
+
+class SiteFinder:
+    """Finds the learner's line in a Python stack: the innermost frame outside torch, the standard library,
+    the simulator and any `library_files` (shared helpers such as the puzzles' model.py)."""
+
+    def __init__(self, library_files=()):
+        self._internal = {os.path.abspath(f) for f in library_files} | _SIM_FILES
+        self._cache: dict[str, bool] = {}
+        self._sites: dict = {}
+
+    def _is_internal(self, filename: str) -> bool:
+        hit = self._cache.get(filename)
+        if hit is None:
+            path = os.path.abspath(filename) if not filename.startswith("<") else filename
+            in_stdlib = path.startswith(_STDLIB_DIR) and "-packages" not in path[len(_STDLIB_DIR):]
+            hit = path.startswith(_TORCH_DIR) or in_stdlib or path in self._internal
+            self._cache[filename] = hit
+        return hit
+
+    def user_frame(self, frame):
+        while frame is not None and self._is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+        return frame
+
+    def here(self) -> str:
+        """The learner's line that led to this call."""
+        frame = self.user_frame(sys._getframe(1))
+        if frame is None:
+            return "?"
+        key = (frame.f_code, frame.f_lineno)
+        site = self._sites.get(key)
+        if site is None:
+            site = self._sites[key] = describe_frame(frame)
+        return site
+
+
+def describe_frame(frame) -> str:
+    """'p3_data_parallel.py:42: dist.all_reduce(g)' for a frame, or '?' when there is none."""
+    if frame is None:
+        return "?"
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    text = linecache.getline(filename, lineno, frame.f_globals).strip()
+    return f"{os.path.basename(filename)}:{lineno}: {text}" if text else f"{os.path.basename(filename)}:{lineno}"
+
+
+class Ledger:
+    """One rank's memory over simulated time.
+
+    current:   bytes alive now (frozen when the rank returns).
+    peak:      the most bytes alive at any moment; peak_tick, the simulated time it was first reached.
+    timeline:  [(tick, bytes alive)] after every allocation and free.
+    peak_by_line(): what was alive at the peak, grouped by the line of the learner's code that allocated it.
+    """
+
+    def __init__(self, rank: int, now):
+        self.rank = rank
+        self._now = now  # callable: this rank's compute-stream tick
+        self.current = 0
+        self.peak = 0
+        self.peak_tick = 0
+        self.timeline: list[tuple[int, int]] = [(0, 0)]
+        self.closed = False
+        self._live: dict[int, tuple[int, str]] = {}  # storage key -> (bytes, allocation site)
+        self._peak_live: dict[int, tuple[int, str]] = {}
+        self._peak_pending = False  # a new peak was reached and nothing was freed since
+        self._lock = threading.RLock()  # a storage can die in any thread
+
+    def allocate(self, key: int, nbytes: int, site: str) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self._live[key] = (nbytes, site)
+            self.current += nbytes
+            self.timeline.append((self._now(), self.current))
+            if self.current > self.peak:
+                self.peak, self.peak_tick = self.current, self._now()
+                self._peak_pending = True
+
+    def free(self, key: int) -> None:
+        with self._lock:
+            if self.closed or key not in self._live:
+                return
+            if self._peak_pending:  # the peak ends here: remember what made it (cheaper than copying at every new peak)
+                self._peak_live = dict(self._live)
+                self._peak_pending = False
+            nbytes, _ = self._live.pop(key)
+            self.current -= nbytes
+            self.timeline.append((self._now(), self.current))
+
+    def close(self) -> None:
+        """Freeze the ledger (the rank returned); later frees are not this rank's business any more."""
+        with self._lock:
+            if self._peak_pending:
+                self._peak_live = dict(self._live)
+                self._peak_pending = False
+            self.closed = True
+
+    def live_by_line(self) -> list[tuple[str, int, int]]:
+        return _group(self._live)
+
+    def peak_by_line(self) -> list[tuple[str, int, int]]:
+        """[(site, bytes, number of storages)] alive at the peak, largest first."""
+        with self._lock:
+            live = dict(self._live) if self._peak_pending else self._peak_live
+        return _group(live)
+
+    def to_dict(self) -> dict:
+        return {
+            "rank": self.rank,
+            "current": self.current,
+            "peak": self.peak,
+            "peak_tick": self.peak_tick,
+            "timeline": [list(p) for p in self.timeline],
+            "peak_by_line": [{"site": s, "bytes": b, "count": c} for s, b, c in self.peak_by_line()],
+        }
+
+    def __repr__(self):
+        return f"Ledger(rank={self.rank}, current={self.current}, peak={self.peak} at tick {self.peak_tick})"
+
+
+def _group(live: dict) -> list[tuple[str, int, int]]:
+    sizes: dict[str, list[int]] = {}
+    for nbytes, site in live.values():
+        entry = sizes.setdefault(site, [0, 0])
+        entry[0] += nbytes
+        entry[1] += 1
+    return sorted(((s, b, c) for s, (b, c) in sizes.items()), key=lambda x: (-x[1], x[0]))
+
+
+class StorageTracker:
+    """Which rank owns each storage, and its ledger entry.
+
+    Storages are keyed by the address of their StorageImpl (`untyped_storage()._cdata`), which is unique while
+    the storage lives; a weakref finalizer drops the key (and the ledger's bytes) when it dies, before the
+    address can be reused.
+    """
+
+    def __init__(self, ledgers: list[Ledger]):
+        self.ledgers = ledgers
+        self.owner: dict[int, int] = {}
+        self._refs: dict[int, weakref.ref] = {}
+
+    def adopt(self, storage, rank: int, site: str) -> None:
+        key = storage._cdata
+        if key in self.owner:
+            return
+        self.owner[key] = rank
+        ledger, owner, refs = self.ledgers[rank], self.owner, self._refs
+
+        def _finalize(_ref, key=key, ledger=ledger):
+            owner.pop(key, None)
+            refs.pop(key, None)
+            ledger.free(key)
+
+        self._refs[key] = weakref.ref(storage, _finalize)
+        nbytes = storage.nbytes()
+        if nbytes:
+            ledger.allocate(key, nbytes, site)
+
+    def owner_of(self, storage):
+        return self.owner.get(storage._cdata)
