@@ -1,0 +1,98 @@
+"""`python -m grader build`: the learner's files, generated from the reference solutions.
+
+`solutions/pN_*.py` is the single source. Each region between a `# BEGIN SOLUTION` line and an
+`# END SOLUTION` line (the nbgrader convention) becomes one `raise NotImplementedError(...)` line in the
+stub `puzzles/pN_*.py`; everything else (the story, the signature, the imports) is copied as is.
+
+Each stub records a digest of its own body, so that `--check` can tell a stale stub (generated from an older
+solution: an error) from one the learner has been editing (left alone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+HEADER = ("# Generated from solutions/{name} by `python -m grader build`: fill in the code marked "
+          "NotImplementedError, then run `python -m grader`. (stub digest {digest})\n")
+_DIGEST = re.compile(r"\(stub digest ([0-9a-f]{12})\)")
+_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+
+
+class BuildError(Exception):
+    pass
+
+
+def stub_body(source: str, name: str) -> str:
+    """The solution with every solution region replaced by a NotImplementedError naming what to write."""
+    out, inside, current = [], False, None
+    puzzle = name.split("_", 1)[0]
+    for number, line in enumerate(source.splitlines(keepends=True), 1):
+        mark = line.strip()
+        if not inside:
+            m = _DEF.match(line)
+            if m:
+                current = m.group(1)
+        if mark == BEGIN:
+            if inside:
+                raise BuildError(f"{name}:{number}: {BEGIN} inside another solution region")
+            inside = True
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f'{indent}raise NotImplementedError("{puzzle}: write {current}")\n')
+        elif mark == END:
+            if not inside:
+                raise BuildError(f"{name}:{number}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise BuildError(f"{name}: {BEGIN} is never closed")
+    return "".join(out)
+
+
+def digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+
+def stub(source: str, name: str) -> str:
+    body = stub_body(source, name)
+    return HEADER.format(name=name, digest=digest(body)) + body
+
+
+def learner_edited(text: str) -> bool:
+    """True when a generated stub no longer matches the digest it was written with."""
+    first, _, body = text.partition("\n")
+    m = _DIGEST.search(first)
+    return m is None or digest(body) != m.group(1)
+
+
+def planned_files(root: Path) -> dict[Path, str]:
+    """Every generated file and the text `build` would write to it."""
+    files = {}
+    for solution in sorted((root / "solutions").glob("p*_*.py")):
+        files[root / "puzzles" / solution.name] = stub(solution.read_text(), solution.name)
+    return files
+
+
+def build(root: Path) -> list[Path]:
+    written = []
+    for path, text in planned_files(root).items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
+def stale(root: Path) -> list[str]:
+    """What `build` would change, leaving alone the stubs a learner has edited."""
+    problems = []
+    for path, text in planned_files(root).items():
+        if not path.exists():
+            problems.append(f"{path.relative_to(root)} is missing")
+            continue
+        current = path.read_text()
+        if current != text and not learner_edited(current):
+            problems.append(f"{path.relative_to(root)} is stale: run `python -m grader build`")
+    return problems

@@ -1,0 +1,73 @@
+"""Renderings of PuzzleResults: the console table, JSON, HTML for the notebook, the pytest failure message."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from .result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult, fmt
+
+_BADGE = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR", NOT_ATTEMPTED: "not attempted"}
+
+
+def summary_line(r: PuzzleResult) -> str:
+    n_ok = sum(c.passed for c in r.checks)
+    detail = f"{n_ok}/{len(r.checks)} checks" if r.checks else ""
+    return f"{r.id:<4} {r.title:<28} {_BADGE[r.status]:<14} {detail}"
+
+
+def detail_lines(r: PuzzleResult, verbose: bool = False) -> list[str]:
+    """The lines under a puzzle's summary: each failing check (every check if verbose), or the error."""
+    lines = []
+    if r.status in (ERROR, NOT_ATTEMPTED) and r.error:
+        if r.status == ERROR:
+            lines += [f"  {line}" for line in r.error.splitlines()]
+        return lines
+    for c in r.checks:
+        if c.passed and not verbose:
+            continue
+        lines.append(f"  {'ok  ' if c.passed else 'FAIL'} {c.name}: {c.message}")
+        if c.diagnosis:
+            lines.append(f"       likely cause: {c.diagnosis}")
+    return lines
+
+
+def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool = False) -> str:
+    out = [f"Grading {target} (seed {seed}; reproduce with --seed {seed})", ""]
+    for r in results:
+        out.append(summary_line(r))
+        out += detail_lines(r, verbose)
+    counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, ERROR, NOT_ATTEMPTED)}
+    out += ["", f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
+                f"{counts[NOT_ATTEMPTED]} not attempted"]
+    return "\n".join(out)
+
+
+def to_json(results: list[PuzzleResult], target: str, seed: int, figures: bool = False) -> str:
+    return json.dumps({"target": target, "seed": seed, "puzzles": [r.to_dict(figures) for r in results]})
+
+
+def pytest_message(r: PuzzleResult, seed: int) -> str:
+    head = f"{r.id} {r.title}: {_BADGE[r.status]} (seed {seed}; reproduce with --seed {seed})"
+    return "\n".join([head] + detail_lines(r, verbose=True))
+
+
+def to_html(r: PuzzleResult, seed: int) -> str:
+    """A compact card for the notebook's check cell: a status banner, the checks, the budgets."""
+    colour = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e", NOT_ATTEMPTED: "#6e7781"}[r.status]
+    rows = []
+    for c in r.checks:
+        mark = "&#10004;" if c.passed else "&#10008;"
+        budget = f"<br><small>budget: {html.escape(c.budget.describe())}</small>" if c.budget else ""
+        diag = (f"<br><b>likely cause:</b> {html.escape(c.diagnosis)}" if c.diagnosis else "")
+        rows.append(f"<tr><td style='color:{'#1a7f37' if c.passed else '#cf222e'}'>{mark}</td>"
+                    f"<td><b>{html.escape(c.name)}</b></td><td>{html.escape(c.message)}{budget}{diag}</td></tr>")
+    body = "".join(rows)
+    if r.error and r.status != PASS:
+        body += f"<tr><td></td><td colspan=2><pre>{html.escape(r.error)}</pre></td></tr>"
+    peaks = ", ".join(fmt(p, "bytes") for p in r.peak_bytes)
+    foot = (f"<small>peak memory per rank: {html.escape(peaks)}; makespan {fmt(r.makespan_ticks, 'ticks')}; "
+            f"seed {seed}</small>") if r.peak_bytes else f"<small>seed {seed}</small>"
+    return (f"<div style='border:1px solid {colour};border-radius:6px;padding:8px;margin:4px 0'>"
+            f"<div style='color:{colour};font-weight:bold'>{html.escape(r.id)} {html.escape(r.title)}: "
+            f"{_BADGE[r.status]}</div><table>{body}</table>{foot}</div>")

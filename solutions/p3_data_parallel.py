@@ -1,0 +1,47 @@
+"""Puzzle 3 — Data parallel.
+
+Four ranks each hold a full copy of the weights and a quarter of the batch. Each computes the loss on its own
+rows and backpropagates, so its gradients are the gradients of *its* quarter. To take the step one device would
+take on the whole batch, the ranks must agree on the gradient of the whole batch. The loss is a *mean* over the
+rows, so that gradient is the *average* of the four local gradients (each quarter holds a quarter of the rows):
+
+    rank 0: rows  0-7   --forward/backward-->  g0 --+
+    rank 1: rows  8-15  --forward/backward-->  g1 --+-- all_reduce --> (g0+g1+g2+g3)/4 on every rank --> w -= lr * g
+    rank 2: rows 16-23  --forward/backward-->  g2 --+
+    rank 3: rows 24-31  --forward/backward-->  g3 --+
+
+Write `data_parallel_step(dist, x_shard, target_shard, layers, lr)`:
+  - `x_shard`, `target_shard`: this rank's 8 rows of the batch, [8, 64] each;
+  - `layers`: this rank's replica of the weights, a list of 4 pairs (w1 [64, 256], w2 [256, 64]) with requires_grad;
+  - compute `loss_fn(forward(x_shard, layers), target_shard)` (from puzzles.model), backpropagate, average every
+    gradient across the ranks with `dist.all_reduce`, and update every weight in place:
+    `w -= lr * w.grad` under `torch.no_grad()`.
+
+Checks (sizes: 4 ranks, batch 32, d=64, h=256, 4 blocks):
+  - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
+  - all-reduce volume: the bytes each rank all-reduces equal the gradient bytes, 2·L·d·h·8 = 1,048,576 bytes
+    (each gradient once; several gradients in one flat bucket is fine; scalars such as the loss are not counted).
+
+Hints:
+  - `dist.all_reduce(t)` sums in place; `dist.all_reduce(t, op=dist.ReduceOp.AVG)` averages (or divide the sum by
+    `dist.get_world_size()`).
+  - Gradients live in `w.grad` after `loss.backward()`.
+"""
+
+import torch
+
+from puzzles.model import forward, loss_fn
+
+
+def data_parallel_step(dist, x_shard, target_shard, layers, lr):
+    # BEGIN SOLUTION
+    loss = loss_fn(forward(x_shard, layers), target_shard)
+    loss.backward()
+    world = dist.get_world_size()
+    with torch.no_grad():
+        for w1, w2 in layers:
+            for w in (w1, w2):
+                dist.all_reduce(w.grad)
+                w.grad /= world
+                w -= lr * w.grad
+    # END SOLUTION
