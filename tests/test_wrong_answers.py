@@ -1,0 +1,30 @@
+"""Deliberately wrong answers, one file each under tests/wrong/ (named pN_<mistake>.py): each must fail exactly
+the checks it declares in EXPECTED_FAILURES, and the feedback must name the mistake (DIAGNOSIS is a phrase the
+failing check's diagnosis or message must contain). EXPECTED_STATUS may say "error" for answers that crash or
+deadlock, with DIAGNOSIS then a phrase of the error text."""
+
+from pathlib import Path
+
+import pytest
+
+from grader import report, runner
+from grader.result import FAIL
+from grader.specs import SPECS
+
+WRONG = sorted((Path(__file__).parent / "wrong").glob("p*_*.py"))
+
+
+@pytest.mark.parametrize("path", WRONG, ids=[p.stem for p in WRONG])
+def test_wrong_answer_is_caught_and_named(path):
+    spec = SPECS[path.stem.split("_")[0]]
+    answer = runner.load_module(path)
+    result = runner.grade_file(spec, path, seed=7)
+    message = report.pytest_message(result, 7)
+    expected_status = getattr(answer, "EXPECTED_STATUS", FAIL)
+    assert result.status == expected_status, message
+    if expected_status == FAIL:
+        failed = {c.name: c for c in result.checks if not c.passed}
+        assert set(failed) == set(answer.EXPECTED_FAILURES), message
+        assert any(answer.DIAGNOSIS in c.diagnosis or answer.DIAGNOSIS in c.message for c in failed.values()), message
+    else:
+        assert answer.DIAGNOSIS in result.error, message
