@@ -11,8 +11,11 @@ solution: an error) from one the learner has been editing (left alone).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
+
+import nbformat
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 HEADER = ("# Generated from solutions/{name} by `python -m grader build`: fill in the code marked "
@@ -76,9 +79,28 @@ def planned_files(root: Path) -> dict[Path, str]:
     return files
 
 
+NOTEBOOK = "puzzles.ipynb"
+
+
+def cells_digest(nb) -> str:
+    """A digest of a notebook's cell sources and tags (not its outputs: running a notebook does not edit it)."""
+    cells = [(c.cell_type, c.source, c.get("metadata", {}).get("tags", [])) for c in nb.cells]
+    return digest(json.dumps(cells))
+
+
+def notebook_text(root: Path) -> str:
+    from .notebook import build_notebook
+
+    nb = build_notebook(root)
+    nb.metadata["puzzles"] = {"generated_from": "solutions/", "cells_digest": cells_digest(nb)}
+    return nbformat.writes(nb) + "\n"
+
+
 def build(root: Path) -> list[Path]:
     written = []
-    for path, text in planned_files(root).items():
+    planned = planned_files(root)
+    planned[root / NOTEBOOK] = notebook_text(root)
+    for path, text in planned.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
             written.append(path)
@@ -86,7 +108,7 @@ def build(root: Path) -> list[Path]:
 
 
 def stale(root: Path) -> list[str]:
-    """What `build` would change, leaving alone the stubs a learner has edited."""
+    """What `build` would change, leaving alone the stubs and the notebook cells a learner has edited."""
     problems = []
     for path, text in planned_files(root).items():
         if not path.exists():
@@ -95,4 +117,14 @@ def stale(root: Path) -> list[str]:
         current = path.read_text()
         if current != text and not learner_edited(current):
             problems.append(f"{path.relative_to(root)} is stale: run `python -m grader build`")
+    path = root / NOTEBOOK
+    if not path.exists():
+        problems.append(f"{NOTEBOOK} is missing")
+    else:
+        current = nbformat.reads(path.read_text(), as_version=4)
+        fresh = nbformat.reads(notebook_text(root), as_version=4)
+        recorded = current.metadata.get("puzzles", {}).get("cells_digest")
+        unedited = recorded == cells_digest(current)
+        if unedited and cells_digest(current) != cells_digest(fresh):
+            problems.append(f"{NOTEBOOK} is stale: run `python -m grader build`")
     return problems

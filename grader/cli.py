@@ -41,6 +41,37 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_batch(args) -> int:
+    from pathlib import Path
+
+    from . import batch
+
+    seed = args.seed if args.seed is not None else fresh_seed()
+    folder = Path(args.submissions)
+    print(f"Grading the submissions in {folder} (seed {seed}; time limit {args.timeout:g} s, memory limit "
+          f"{args.memory_mb} MiB each)", file=sys.stderr)
+    try:
+        rows = batch.run_batch(folder, seed, args.timeout, args.memory_mb, args.puzzle)
+    except (FileNotFoundError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    batch.write_csv(rows, Path(args.out), args.puzzle)
+    print(f"wrote {args.out}", file=sys.stderr)
+    if args.json:
+        batch.write_json(rows, Path(args.json), seed)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def cmd_observe(args) -> int:
+    from pathlib import Path
+
+    from . import batch
+
+    batch.observe_submission(Path(args.submission), args.seed, Path(args.out), args.puzzle)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grader", description="Grade the distributed-training puzzles.")
     sub = p.add_subparsers(dest="command")
@@ -56,6 +87,22 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="regenerate the stubs in puzzles/ from solutions/")
     b.add_argument("--check", action="store_true", help="exit 1 and name the stale files instead of writing")
     b.set_defaults(func=cmd_build)
+    bt = sub.add_parser("batch", help="grade a folder of submissions (notebooks or puzzle folders), each in its own "
+                                      "process with time and memory limits; writes CSV (and JSON)")
+    bt.add_argument("submissions", help="a folder holding one notebook or one puzzles-like folder per learner")
+    bt.add_argument("--out", default="results.csv", help="the CSV to write (default results.csv)")
+    bt.add_argument("--json", help="also write the full results as JSON here")
+    bt.add_argument("--timeout", type=float, default=120.0, help="seconds each submission may take (default 120)")
+    bt.add_argument("--memory-mb", type=int, default=4096, help="address-space limit per submission (default 4096)")
+    bt.add_argument("--seed", type=int, help="the same inputs for every submission (default: a fresh seed, printed)")
+    bt.add_argument("--puzzle", "-p", action="append", help="grade only this puzzle; repeatable")
+    bt.set_defaults(func=cmd_batch)
+    ob = sub.add_parser("_observe", help=argparse.SUPPRESS)  # the child process of `batch`
+    ob.add_argument("submission")
+    ob.add_argument("--seed", type=int, required=True)
+    ob.add_argument("--out", required=True)
+    ob.add_argument("--puzzle", action="append")
+    ob.set_defaults(func=cmd_observe)
     return p
 
 

@@ -31,7 +31,7 @@ def resolve_target(target: str | os.PathLike) -> Path:
     if str(target) in ("puzzles", "solutions") and (REPO / str(target)).exists():
         return REPO / str(target)
     raise FileNotFoundError(f"no such target: {target} (give 'puzzles', 'solutions', a folder laid out like "
-                            f"puzzles/, or a notebook)")
+                            f"puzzles/, or a notebook such as puzzles.ipynb)")
 
 
 def load_module(path: Path):
@@ -83,8 +83,13 @@ def grade_module(spec: PuzzleSpec, module, seed: int) -> PuzzleResult:
 
 def grade_target(target, puzzle_ids=None, seed: int = 0) -> list[PuzzleResult]:
     """Grade every puzzle (or those in `puzzle_ids`) of a folder laid out like puzzles/."""
-    folder = resolve_target(target)
-    return [grade_file(spec, folder / spec.filename, seed) for spec in select(puzzle_ids)]
+    path = resolve_target(target)
+    if path.suffix == ".ipynb":
+        from .notebook import notebook_target
+
+        with notebook_target(path) as folder:
+            return [grade_file(spec, folder / spec.filename, seed) for spec in select(puzzle_ids)]
+    return [grade_file(spec, path / spec.filename, seed) for spec in select(puzzle_ids)]
 
 
 def grade_file(spec: PuzzleSpec, path: Path, seed: int) -> PuzzleResult:
