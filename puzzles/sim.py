@@ -41,7 +41,7 @@ from .sim_clock import CostModel, Event, RankClock, op_flops
 from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame
 
 __all__ = [
-    "run", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
+    "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError",
 ]
@@ -127,7 +127,7 @@ class ProcessGroup:
         return self.ranks.index(me) if me in self.ranks else -1
 
     def __repr__(self):
-        return "WORLD" if self.id == 0 else f"group{list(self.ranks)}"
+        return {0: "WORLD", -1: "new_group calls"}.get(self.id, f"group{list(self.ranks)}")
 
 
 class _NonGroupMember:
@@ -173,6 +173,12 @@ class Work:
 
     def source_rank(self) -> int | None:
         return self._source
+
+    def _finish(self, end: int) -> None:
+        """Mark the op done at tick `end`. Drop its description too: that closure holds the op's tensors and
+        this handle, a reference cycle that would keep them on the ledger (sim.run turns the cycle collector off)."""
+        self._done, self._end = True, end
+        self._describe = lambda what=self.what: what
 
     def __repr__(self):
         return f"<Work {self.what} rank={self._rank} {'done' if self._done else 'pending'}>"
@@ -338,6 +344,10 @@ def _profiler_ops():
 
 
 _RECORD_ENTER, _RECORD_EXIT = _profiler_ops()
+# torch.tensor([...]) builds its tensor outside the dispatcher, then hands it to lift_fresh: that input is new
+# memory of the calling rank, not a tensor from elsewhere.
+_LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
+          (getattr(getattr(torch.ops.aten, name, None), o, None) for o in ("default",)) if op is not None}
 
 
 def _tensors_in(args, kwargs) -> list[torch.Tensor]:
@@ -384,6 +394,12 @@ class _RankMode(TorchDispatchMode):
         super().__init__()
         self.world, self.me = world, me
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch would wrap __torch_dispatch__ in a dynamo guard, importing torch._dynamo (2 s) on the first op
+        # and adding a layer to every op; nothing is compiled inside a simulated rank.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         me, world = self.me, self.world
@@ -398,7 +414,7 @@ class _RankMode(TorchDispatchMode):
             return func(*args, **kwargs)
 
         owner_of = world.storage.owner
-        for t in _tensors_in(args, kwargs):
+        for t in () if func in _LIFTS else _tensors_in(args, kwargs):
             try:
                 owner = owner_of.get(t.untyped_storage()._cdata)
             except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
@@ -462,6 +478,9 @@ class World:
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files)
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
+        # new_group is itself a collective of every rank; it is matched on its own, so that "call #k on WORLD"
+        # counts only the collectives the learner wrote.
+        self.GROUP_MAKER = ProcessGroup(self, -1, tuple(range(world_size)))
         self.groups = [self.WORLD]
         self.open: dict[tuple[int, int], _Collective] = {}
         self.sends: list[_P2P] = []
@@ -471,6 +490,7 @@ class World:
         self.error: BaseException | None = None
         self.failed_rank: int | None = None
         self.running = 0
+        self.turn_started = time.monotonic()  # when the running rank got the baton (for the time limit)
         self._mutex = threading.Lock()
         self._done = threading.Lock()
         self._done.acquire()
@@ -542,7 +562,7 @@ class World:
                     return
                 self._fail_locked(self._stuck_error())
                 raise _Abort
-            self.running = nxt.rank
+            self.running, self.turn_started = nxt.rank, time.monotonic()
             if nxt is me:
                 me.status, me.waiting = "running", None
                 return
@@ -735,12 +755,13 @@ class World:
 
     def _complete(self, coll: _Collective) -> None:
         calls = [coll.calls[r] for r in coll.group.ranks]
+        coll.calls.clear()  # waiting ranks hold `coll` until they resume: it must not keep the others' tensors alive
         with self.untracked(self.ranks[self.current_rank()]):
             calls[0].exchange(calls)
         n = len(calls)
         if coll.name == "new_group":  # bookkeeping, not traffic: it takes no simulated time
             for c in calls:
-                c.work._done, c.work._end = True, self.ranks[c.rank].clock.compute
+                c.work._finish(self.ranks[c.rank].clock.compute)
             return
         start = max(max(c.issued, self.ranks[c.rank].clock.comm) for c in calls)
         end = start + self.cost.comm_ticks(coll.name, calls[0].nbytes, n)
@@ -751,7 +772,7 @@ class World:
             clock.events.append(Event(c.rank, "comm", coll.name, start, end, nbytes=c.nbytes, wire_bytes=wire,
                                       phase=c.phase, peers=coll.group.ranks, site=c.site,
                                       label=self.ranks[c.rank].labels[-1] if self.ranks[c.rank].labels else ""))
-            c.work._done, c.work._end = True, end
+            c.work._finish(end)
 
     def check_group(self, me: _RankState, group, what: str) -> ProcessGroup:
         if group is None:
@@ -828,7 +849,7 @@ class World:
                                       phase=p.phase,
                                       peers=(send.rank, recv.rank), site=p.site,
                                       label=st.labels[-1] if st.labels else ""))
-            p.work._done, p.work._end = True, end
+            p.work._finish(end)
         recv.work._source = send.rank
 
     # ---- running a function on every rank
@@ -900,7 +921,7 @@ class World:
                 r.thread = threading.Thread(target=self._rank_main, args=(r, fn, (*args, *per_rank)),
                                             name=f"sim-rank-{r.rank}", daemon=True)
                 r.thread.start()
-            self.running = 0
+            self.running, self.turn_started = 0, time.monotonic()
             self.ranks[0].status = "running"
             self.ranks[0].go.release()
             self._supervise()
@@ -927,21 +948,32 @@ class World:
                          [r.flops for r in self.ranks], self.warnings)
 
     def _supervise(self) -> None:
-        """Wait for the ranks to finish, fail or run out of time; leave no thread behind."""
-        deadline = time.monotonic() + self.timeout
+        """Wait for the ranks to finish, fail or run out of time; leave no thread behind.
+
+        A rank may hold the baton (compute without communicating) for `timeout` seconds of wall time; the whole
+        run may take ten times that (ranks that keep communicating but never finish: a livelock)."""
+        run_deadline = time.monotonic() + 10 * self.timeout
         try:
-            while not self._done.acquire(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
-                if time.monotonic() < deadline:
+            while not self._done.acquire(timeout=0.25):
+                now = time.monotonic()
+                if now - self.turn_started <= self.timeout and now <= run_deadline:
                     continue
                 with self._mutex:
                     if self._done_signalled:
                         continue
                     culprit = self.ranks[self.running]
-                    frame = self.sites.user_frame(_current_frame(culprit.thread))
-                    self._fail_locked(TimeLimitError(
-                        f"rank {culprit.rank} ran for more than {self.timeout:g} s of wall time without "
-                        f"communicating or returning; it was at {describe_frame(frame)}. An endless loop? "
-                        f"(Pass a larger timeout to sim.run if the work is really that long.)"), None)
+                    where = describe_frame(self.sites.user_frame(_current_frame(culprit.thread)))
+                    if now - self.turn_started > self.timeout:
+                        error = TimeLimitError(
+                            f"rank {culprit.rank} ran for more than {self.timeout:g} s of wall time without "
+                            f"communicating or returning; it was at {where}. An endless loop? (Pass a larger "
+                            f"timeout to sim.run if the work is really that long.)")
+                    else:
+                        error = TimeLimitError(
+                            f"the ranks kept communicating for more than {10 * self.timeout:g} s of wall time "
+                            f"without finishing (a livelock? a rank polling is_completed() forever?); rank "
+                            f"{culprit.rank} was at {where}.")
+                    self._fail_locked(error, None)
                     _async_raise(culprit.thread)
         except BaseException:  # KeyboardInterrupt in a notebook: stop the ranks before leaving
             with self._mutex:
@@ -1048,7 +1080,7 @@ class SimDist:
                 c.group_made = group
 
         call = _Call("new_group", make_group, {"ranks": list(members)})
-        world.collective(self._me, call, None, async_op=False)
+        world.collective(self._me, call, world.GROUP_MAKER, async_op=False)
         return call.group_made if self._me.rank in members else NON_GROUP_MEMBER
 
     # ---- point to point
@@ -1207,6 +1239,13 @@ class SimResult:
                 "warnings": list(self.warnings)}
 
 
+def current_ledger() -> Ledger | None:
+    """The memory ledger of the simulated rank calling this (None outside a rank): for a harness that wants to
+    know how many bytes a rank holds at some moment, say between a forward and a backward."""
+    world = getattr(_active, "world", None)
+    return None if world is None else world.ledgers[world.current_rank()]
+
+
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
         timeout: float = 60.0, library_files=()) -> SimResult:
     """Run `fn(dist, *args, *rank_args[rank])` on `world_size` simulated ranks and return a SimResult.
@@ -1215,7 +1254,8 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
     rank_args: a sequence with one tuple of extra arguments per rank (say, each rank's shard of the batch).
     cost:      the CostModel of the simulated machine.
     seed:      seeds each rank's random-number generator (rank r gets its own stream).
-    timeout:   seconds of wall time the whole run may take; a rank still computing after that is stopped.
+    timeout:   seconds of wall time a rank may compute without communicating before it is stopped (an endless
+               loop); the whole run may take ten times that.
     library_files: source files whose lines are not the learner's (allocations are charged to their caller).
 
     An exception in any rank stops the others and is re-raised here, with a note naming the rank.
