@@ -1,0 +1,334 @@
+"""p1 activation checkpointing: keep every k-th block's input, recompute each segment in backward.
+
+The learner's work is split in two functions so that the rank program can read, between them, what the forward
+left alive (`probe.memory_now()`): that is the "checkpoint bytes" check. The grader computes the loss and grad_y
+from the learner's y itself. The helpers below (reference, gradient check and its diagnosis) are shared with p2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+
+from puzzles.model import forward, init_layers, loss_fn, make_batch
+from puzzles.sim import CostModel
+
+from ..compare import ratio, values_check
+from ..probe import memory_now
+from ..result import Budget, Check, fmt
+from ..spec import Observation, PuzzleSpec
+
+B, D, H, L, K = 256, 32, 128, 16, 4
+BYTES = 8  # float64
+C = B * D * BYTES  # one [B, d] activation: a checkpoint, x, y, grad_y
+A = B * (D + 2 * H) * BYTES  # what autograd saves for one block: x @ w1 and gelu(x @ w1) [B, h], the output [B, d]
+W = 2 * L * D * H * BYTES  # the weights (and, as much again, their gradients)
+WORKSPACE = 2 * B * H * BYTES  # the backward's temporaries: gradients of [B, h] activations
+FLOPS_PER_TICK = 4096
+MATMUL_TICKS = 2 * B * D * H // FLOPS_PER_TICK  # every matmul of a block, forward or backward, is B x d x h
+F = 2 * MATMUL_TICKS  # a block's forward: two matmuls (its backward: four, with the input's gradient)
+COST = CostModel(flops_per_tick=FLOPS_PER_TICK)
+
+
+# ---- the serial truth, shared with p2
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Intra-op threads buy nothing at these sizes and, on a busy machine, cost 30x (OpenMP teams spinning)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def serial(x, target, layers, k):
+    """Loss, output and gradients of the whole stack, and, for the diagnosis, the gradients an answer gets when it
+    backpropagates grad_y into every segment instead of the gradient of that segment's own output."""
+    with one_thread():
+        return _serial(x, target, layers, k)
+
+
+def _serial(x, target, layers, k):
+    x0 = x.detach().clone().requires_grad_()
+    ws = [(w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_()) for w1, w2 in layers]
+    y = forward(x0, ws)
+    loss = loss_fn(y, target)
+    loss.backward()
+    grads = [(w1.grad, w2.grad) for w1, w2 in ws]
+    grad_y = 2 * (y.detach() - target) / y.shape[0]
+    same = []
+    h = x.detach()
+    with torch.no_grad():
+        starts = []
+        for i, (w1, w2) in enumerate(layers):
+            if i % k == 0:
+                starts.append(h)
+            h = forward(h, [(w1, w2)])
+    for s, start in enumerate(starts):
+        seg = [(w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_())
+               for w1, w2 in layers[s * k:(s + 1) * k]]
+        forward(start, seg).backward(grad_y)
+        same += [(w1.grad, w2.grad) for w1, w2 in seg]
+    return {"y": y.detach(), "loss": loss.detach(), "grads": grads, "grad_x": x0.grad, "same_grad": same}
+
+
+def detached(t):
+    return t.detach() if isinstance(t, torch.Tensor) else t
+
+
+def grad_pairs(results, ref) -> list:
+    """(label, got, expected, (rank, layer index or None, name)) for every weight's .grad and grad_x of every rank."""
+    pairs = []
+    for rank, res in enumerate(results):
+        for i, (e1, e2) in enumerate(ref["grads"]):
+            g1, g2 = res["grads"][i] if i < len(res["grads"]) else (None, None)
+            pairs.append((f"rank {rank}: layers[{i}].w1.grad", g1, e1, (rank, i, "w1")))
+            pairs.append((f"rank {rank}: layers[{i}].w2.grad", g2, e2, (rank, i, "w2")))
+        pairs.append((f"rank {rank}: grad_x (what the backward returned)", res["grad_x"], ref["grad_x"],
+                      (rank, None, "grad_x")))
+    return pairs
+
+
+def output_check(results, ref) -> Check:
+    pairs = []
+    for rank, res in enumerate(results):
+        pairs.append((f"rank {rank}: y (what the forward returned)", res["y"], ref["y"]))
+        pairs.append((f"rank {rank}: loss (computed by the grader from your y)", res["loss"], ref["loss"]))
+    return values_check("output", pairs, "outputs and losses")
+
+
+def _close(got, expected) -> bool:
+    return (isinstance(got, torch.Tensor) and got.shape == expected.shape
+            and torch.allclose(got, expected, rtol=1e-8, atol=1e-10))
+
+
+def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
+    """Name the likely mistake from which gradients are off and how."""
+    rank = bad[0].meta[0]
+    res = results[rank]
+    n_layers = len(ref["grads"])
+    weights_bad = [m for m in bad if m.meta[0] == rank and m.meta[1] is not None]
+    if any(m.got is None for m in weights_bad):
+        return ("some weights have no gradient (.grad is None): recompute every segment with autograd on "
+                "(`with torch.enable_grad():`) from a checkpoint that requires grad, and call backward on each "
+                "recomputed output")
+    if not weights_bad:
+        if res["grad_x"] is None:
+            return ("every weight's gradient is right but the backward returned None: return the gradient of the "
+                    "first checkpoint (the .grad of segment 0's recomputed input)")
+        return "every weight's gradient is right but grad_x is not: return the gradient of segment 0's input"
+    got = [g for pair in res["grads"] for g in pair]
+    want = [g for pair in ref["grads"] for g in pair]
+    if all(_close(g, e) for g, e in zip(got, [g for pair in ref["same_grad"] for g in pair])):
+        return ("every segment was backpropagated from grad_y: only the last segment's output has that gradient. "
+                "Each earlier segment must start from the gradient of its own output, which is the .grad of the "
+                "recomputed input of the segment after it")
+    factors = {ratio(g, e) for g, e in zip(got, want) if isinstance(g, torch.Tensor)}
+    if len(factors) == 1 and None not in factors:
+        f = factors.pop()
+        if gathered and abs(f - len(results)) < 1e-6:
+            return (f"every gradient is exactly {len(results)}x the reference: did you all-reduce (sum) the gradients "
+                    f"across the ranks? Every rank runs the whole stack, so its gradients are already complete")
+        if abs(f - round(f)) < 1e-6 and round(f) >= 2:
+            return (f"every gradient is exactly {round(f)}x the reference: gradients were accumulated "
+                    f"{round(f)} times (backward ran more than once through each segment?)")
+    if all(m.meta[1] < n_layers - k for m in weights_bad):
+        return ("the last segment's gradients are right and earlier ones are not: the gradient handed from one "
+                "segment to the one before it is wrong (it must be the .grad of the later segment's recomputed "
+                "input, after that segment's backward)")
+    if gathered:
+        return ("the last segment's gradients are wrong too, although it is backpropagated from grad_y: the "
+                "checkpoints you recompute from are not the block inputs you saved. all_gather_into_tensor "
+                "concatenates rank 0's shard, then rank 1's, ... along dim 0: keep the shard `c.chunk(N)[rank]` "
+                "(rows), and gather into a [B, d] tensor")
+    return ("the last segment's gradients are wrong too, although it is backpropagated from grad_y: does the "
+            "recompute of segment s start from the input of block s·k, and run exactly blocks s·k .. s·k+k-1?")
+
+
+@contextlib.contextmanager
+def explain_backward_errors():
+    """Autograd's error for backpropagating through something recorded without a graph names no cause; add one."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "does not require grad" in str(exc) and hasattr(exc, "add_note"):
+            exc.add_note("likely cause: the segment you backpropagate through was recomputed without a graph (under "
+                         "torch.no_grad(), or from inputs that require no grad): recompute it with autograd on "
+                         "(`with torch.enable_grad():`) from `checkpoint.detach().requires_grad_()`")
+        raise
+
+
+def gradients_check(results, ref, k, gathered: bool = False) -> Check:
+    return values_check("gradients", grad_pairs(results, ref), "gradients (every weight's .grad and grad_x)",
+                        lambda bad: diagnose_gradients(bad, results, ref, k, gathered))
+
+
+def largest_at_peak(ledger: dict, n: int = 2) -> str:
+    lines = [f"{fmt(e['bytes'], 'bytes')} from {e['site']}" for e in ledger["peak_by_line"][:n]]
+    return "; ".join(lines)
+
+
+def peak_check(obs: Observation, budget: Budget, hint) -> Check:
+    over = [r for r in range(obs.world_size) if obs.peak_bytes[r] > budget.value]
+    r = over[0] if over else max(range(obs.world_size), key=lambda q: obs.peak_bytes[q])
+    who = f"rank {r}" if obs.world_size > 1 else "your code"
+    ok = not over
+    message = (f"{who} peaked at {fmt(obs.peak_bytes[r], 'bytes')}, {'within' if ok else 'over'} the budget "
+               f"{budget.describe()}")
+    if not ok:
+        message += f". Largest at the peak: {largest_at_peak(obs.ledgers[r])}"
+    return Check("peak memory", ok, message, measured=obs.peak_bytes[r], budget=budget,
+                 diagnosis="" if ok else hint(r))
+
+
+# ---- taking torch.utils.checkpoint away
+
+
+class CheckpointingTakenAway(RuntimeError):
+    pass
+
+
+_TAKEN_AWAY = ("torch.utils.checkpoint is switched off while puzzle p1 is graded: the puzzle is to write "
+               "activation checkpointing by hand (keep every k-th block's input in checkpointed_forward, "
+               "recompute each segment with autograd on in checkpointed_backward)")
+
+
+def _refuse(*args, **kwargs):
+    raise CheckpointingTakenAway(_TAKEN_AWAY)
+
+
+class _RefusedFunction:
+    apply = staticmethod(_refuse)
+
+
+@contextlib.contextmanager
+def without_torch_checkpoint():
+    # The public names, and the two internals that `checkpoint` looks up when called, so that a reference bound
+    # before grading (`from torch.utils.checkpoint import checkpoint` in a notebook cell) is refused as well.
+    names = {"checkpoint": _refuse, "checkpoint_sequential": _refuse, "CheckpointFunction": _RefusedFunction,
+             "_checkpoint_without_reentrant_generator": _refuse}
+    saved = {n: getattr(torch_checkpoint, n) for n in names if hasattr(torch_checkpoint, n)}
+    try:
+        for n in saved:
+            setattr(torch_checkpoint, n, names[n])
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(torch_checkpoint, n, v)
+
+
+# ---- the puzzle
+
+
+class Checkpointing(PuzzleSpec):
+    id, name, title = "p1", "checkpointing", "Activation checkpointing"
+    entries = ("checkpointed_forward", "checkpointed_backward")
+    world_size = 1
+    cost = COST
+    hints = ("Forward under torch.no_grad(), keeping only every k-th block's input; backward segment by segment, "
+             "last first, each recomputed with torch.enable_grad() from its checkpoint.detach().requires_grad_().",)
+
+    def run_context(self):
+        return without_torch_checkpoint()
+
+    def make_inputs(self, seed):
+        x, target = make_batch(B, D, seed)
+        return {"x": x, "target": target, "layers": init_layers(L, D, H, seed + 1), "k": K}
+
+    def reference(self, inputs):
+        return serial(inputs["x"], inputs["target"], inputs["layers"], inputs["k"])
+
+    def launch(self, inputs):
+        return (inputs["x"], inputs["target"], inputs["layers"], inputs["k"]), None
+
+    def program(self, module):
+        fwd, bwd = module.checkpointed_forward, module.checkpointed_backward
+
+        def run(dist, x, target, layers, k):
+            before = memory_now()
+            saved, y = fwd(x, layers, k)
+            kept = memory_now() - before
+            with torch.no_grad():
+                y = detached(y)
+                loss = loss_fn(y, target)
+                grad_y = 2 * (y - target) / y.shape[0]
+            with explain_backward_errors():
+                grad_x = bwd(saved, layers, k, grad_y)
+            return {"y": y, "loss": loss, "grad_x": detached(grad_x), "kept": kept,
+                    "grads": [(detached(w1.grad), detached(w2.grad)) for w1, w2 in layers]}
+
+        return run
+
+    def budgets(self, inputs):
+        k = inputs["k"]
+        return {
+            "checkpoint bytes": Budget("checkpoint bytes", "(L/k + 1)·C bytes (the L/k checkpoints and y; "
+                                       "C = B·d·8)", (L // k + 1) * C, "bytes"),
+            "peak memory": Budget("peak memory", "W + G + 2·C + (L/k)·C + 2·C + k·A + 2·B·h·8 bytes "
+                                  "(A = B·(d+2h)·8)", 2 * W + 2 * C + (L // k) * C + 2 * C + k * A + WORKSPACE,
+                                  "bytes"),
+            "compute": Budget("compute", "4·L·F ticks (serial forward and backward 3·L·F, plus one forward; "
+                              f"F = {F:,} ticks a block's forward)", 4 * L * F, "ticks"),
+        }
+
+    def check(self, obs: Observation, ref, inputs):
+        k = inputs["k"]
+        budgets = self.budgets(inputs)
+        res = obs.results[0]
+        checks = [output_check(obs.results, ref), gradients_check(obs.results, ref, k)]
+        kept = res["kept"]
+        b = budgets["checkpoint bytes"]
+        ok = kept <= b.value
+        checks.append(Check("checkpoint bytes", ok,
+                            f"after checkpointed_forward your code still held {fmt(kept, 'bytes')} more than "
+                            f"before it ({kept / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
+                            measured=kept, budget=b, diagnosis="" if ok else self.diagnose_kept(kept, k)))
+        checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
+        ticks = obs.busy_ticks(0)
+        b = budgets["compute"]
+        ok = ticks <= b.value
+        extra = (ticks - 3 * L * F) / (L * F)
+        checks.append(Check("compute", ok,
+                            f"your forward and backward took {fmt(ticks, 'ticks')} of compute, "
+                            f"{'within' if ok else 'over'} the budget {b.describe()}: serial forward and backward "
+                            f"are {fmt(3 * L * F, 'ticks')}, so you spent {extra:.2f} forwards more",
+                            measured=ticks, budget=b, diagnosis="" if ok else self.diagnose_compute(ticks, k)))
+        return checks
+
+    @staticmethod
+    def diagnose_kept(kept, k) -> str:
+        if kept >= L * C + C + A:
+            return (f"the forward left about {kept / A:.1f} blocks' worth of autograd activations alive "
+                    f"(A = {fmt(A, 'bytes')} a block): it built the autograd graph. Run it under torch.no_grad() "
+                    f"(or detach what you keep): a checkpoint that carries a grad_fn keeps the whole graph behind it")
+        if kept >= (L - 1) * C + C:
+            return (f"you kept every block's input ({kept / C:.0f}·C): keep only the inputs of blocks 0, k, 2k, ... "
+                    f"(L/k = {L // k} of them); the others are recomputed in backward")
+        return "keep only the inputs of blocks 0, k, 2k, ... and the output y; let every other tensor go"
+
+    @staticmethod
+    def diagnose_peak(obs, kept, k) -> str:
+        if kept > (L // k + 1) * C:
+            return "the peak follows from what the forward kept (see checkpoint bytes)"
+        blocks = (obs.peak_bytes[0] - (2 * W + 4 * C + (L // k) * C)) / A
+        return (f"about {blocks:.0f} blocks' activations were alive at once, although the forward kept only the "
+                f"checkpoints: recompute one segment at a time, right before backpropagating through it, and let "
+                f"its graph and output go before recomputing the next")
+
+    @staticmethod
+    def diagnose_compute(ticks, k) -> str:
+        blocks = (ticks - 3 * L * F) // F
+        quadratic = k * (L // k) * (L // k + 1) // 2
+        if blocks == quadratic:
+            return (f"you recomputed {blocks} blocks instead of {L}: each segment was recomputed from the stack's "
+                    f"input instead of from its own checkpoint")
+        return (f"you recomputed {blocks} blocks' forwards; checkpointing needs each block recomputed once "
+                f"({L} blocks)")
+
+
+SPEC = Checkpointing()

@@ -1,0 +1,72 @@
+# Generated from solutions/p2_activation_sharding.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 4b321739aff4)
+"""Puzzle 2 — Activation sharding.
+
+The four ranks of a tensor-parallel group all compute the same stack on the same batch (each holds a slice of
+every weight matrix, and they all-reduce after each block, so every rank ends each block with the same
+activation). Here the ranks run the whole stack themselves, which gives the same picture: four ranks holding
+four identical copies of every checkpoint of puzzle 1. That is waste. Each rank keeps a quarter of each
+checkpoint (its rows), and the backward puts a checkpoint together again, with one all-gather, just before
+recomputing its segment (DeepSpeed calls this `partition_activations`):
+
+    forward (no graph), every rank:   c0 -> [b0..b3] -> c1 -> [b4..b7] -> c2 -> [b8..b11] -> c3 -> [b12..b15] -> y
+    rank r keeps rows r·B/4 .. (r+1)·B/4 - 1 of c0, c1, c2, c3:
+
+                  c0        c1        c2        c3
+      rank 0:  [rows 0-63] [rows 0-63] ...               each rank: L/k shards of [B/4, d]
+      rank 1:  [rows 64-127] ...
+      rank 2:  [rows 128-191] ...
+      rank 3:  [rows 192-255] ...
+
+    backward, segment s = 3, 2, 1, 0:
+      all_gather_into_tensor(full [B, d], my shard of c_s)   ->  c_s, whole, on every rank
+      recompute the segment from it with autograd on, backpropagate, drop full and the graph
+
+Write two functions (copy your puzzle 1 code and change what is kept and how it comes back):
+
+  `sharded_forward(dist, x, layers, k) -> (saved, y)`
+    - `x`: the batch, [256, 32], the same on every rank; `layers`: 16 pairs (w1 [32, 128], w2 [128, 32]) with
+      requires_grad, the same on every rank; `k` = 4.
+    - run every block without building the autograd graph; keep, of the input of blocks 0, k, 2k, ..., only this
+      rank's rows `c.chunk(N)[rank]`, as a tensor of its own; return them with the output y [256, 32].
+
+  `sharded_backward(dist, saved, layers, k, grad_y) -> grad_x`
+    - as in puzzle 1, segment by segment, last first; each checkpoint is first all-gathered from the shards
+      (`dist.all_gather_into_tensor(full, shard)`: every rank calls it, with its own shard).
+    - every weight's gradient ends in its `.grad`; return the gradient of x.
+
+Checks (sizes: N = 4 ranks, batch B = 256, d = 32, h = 128, L = 16 blocks, k = 4, float64 = 8 bytes;
+C = B·d·8 = 65,536 bytes is one whole [B, d] activation):
+  - on every rank: output and loss equal the serial model's; every weight's gradient and grad_x equal the serial
+    backward's.
+  - checkpoint bytes: what the forward still holds when it returns, counted from the moment it is called, at most
+    (L/k)·C/N + C = 131,072 bytes per rank: the shards, a quarter of puzzle 1's checkpoints, and y.
+  - gathered checkpoints: when you all-gather a checkpoint, the gathered buffers still alive (that one
+    included) hold at most 2·C = 131,072 bytes: the one being gathered, and at most the previous segment's, on
+    its way out. Gathering them all up front would hold (L/k)·C = 262,144 bytes.
+  - peak memory per rank, at most W + G + 2·C + (L/k)·C/N + 2·C + 2·C + k·A + 2·B·h·8 = 5,439,488 bytes:
+      W = G = 2·L·d·h·8 = 1,048,576 bytes   the weights, and their gradients
+      2·C                                   the inputs x and target
+      (L/k)·C/N                             the checkpoint shards
+      2·C                                   y, and grad_y
+      2·C                                   gathered checkpoints
+      A = B·(d + 2·h)·8 = 589,824 bytes     what autograd saves for one block
+      k·A                                   one segment's recomputed activations
+      2·B·h·8 = 524,288 bytes               the backward's temporaries
+
+Hints:
+  - `t.chunk(N)[r]` is a view: it keeps the whole of t's memory alive. `.clone()` it to keep only the rows.
+  - `all_gather_into_tensor` concatenates the ranks' inputs along dim 0, rank 0's first: shard by rows.
+  - `torch.empty(B, d, dtype=shard.dtype)` makes the buffer to gather into.
+"""
+
+import torch
+
+from puzzles.model import block, forward
+
+
+def sharded_forward(dist, x, layers, k):
+    raise NotImplementedError("p2: write sharded_forward")
+
+
+def sharded_backward(dist, saved, layers, k, grad_y):
+    raise NotImplementedError("p2: write sharded_backward")

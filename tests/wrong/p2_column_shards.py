@@ -1,0 +1,36 @@
+"""p2 mistake: sharding the checkpoints by columns. all_gather_into_tensor concatenates the shards along dim 0,
+so the gathered [B, d] buffer holds the columns in the wrong places: every recompute starts from garbage."""
+
+import torch
+
+from puzzles.model import block, forward
+
+EXPECTED_FAILURES = {"gradients"}
+DIAGNOSIS = "all_gather_into_tensor concatenates"
+
+
+def sharded_forward(dist, x, layers, k):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    saved = []
+    with torch.no_grad():
+        for i, (w1, w2) in enumerate(layers):
+            if i % k == 0:
+                saved.append(x.chunk(world, dim=1)[rank].clone())  # columns, not rows
+            x = block(x, w1, w2)
+    return saved, x
+
+
+def sharded_backward(dist, saved, layers, k, grad_y):
+    world = dist.get_world_size()
+    grad = grad_y
+    for s in reversed(range(len(saved))):
+        shard = saved[s]
+        full = torch.empty(shard.shape[0], shard.shape[1] * world, dtype=shard.dtype)
+        dist.all_gather_into_tensor(full, shard)
+        start = full.requires_grad_()
+        with torch.enable_grad():
+            out = forward(start, layers[s * k:(s + 1) * k])
+        out.backward(grad)
+        grad = start.grad
+        del full, start, out
+    return grad
