@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
@@ -142,16 +143,19 @@ def _finish(row: dict, started: float) -> dict:
     return row
 
 
-def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_ids=None,
+def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_ids=None, jobs: int = 1,
               progress=sys.stderr) -> list[dict]:
-    rows = []
+    """Grade every submission, `jobs` child processes at a time; rows come back in the folder's order."""
     items = submissions_in(folder)
-    for i, submission in enumerate(items, 1):
-        row = grade_submission(submission, seed, timeout, memory_mb, puzzle_ids)
-        rows.append(row)
-        print(f"[{i}/{len(items)}] {submission.name}: {summary(row)} ({row['seconds']:.1f} s)", file=progress,
-              flush=True)
-    return rows
+    rows: dict[Path, dict] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads only wait on the children
+        futures = {pool.submit(grade_submission, s, seed, timeout, memory_mb, puzzle_ids): s for s in items}
+        for done, future in enumerate(as_completed(futures), 1):
+            submission = futures[future]
+            row = rows[submission] = future.result()
+            print(f"[{done}/{len(items)}] {submission.name}: {summary(row)} ({row['seconds']:.1f} s)",
+                  file=progress, flush=True)
+    return [rows[s] for s in items]
 
 
 def summary(row: dict) -> str:

@@ -51,7 +51,7 @@ def cmd_batch(args) -> int:
     print(f"Grading the submissions in {folder} (seed {seed}; time limit {args.timeout:g} s, memory limit "
           f"{args.memory_mb} MiB each)", file=sys.stderr)
     try:
-        rows = batch.run_batch(folder, seed, args.timeout, args.memory_mb, args.puzzle)
+        rows = batch.run_batch(folder, seed, args.timeout, args.memory_mb, args.puzzle, args.jobs)
     except (FileNotFoundError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -96,6 +96,7 @@ def parser() -> argparse.ArgumentParser:
     bt.add_argument("--memory-mb", type=int, default=4096, help="address-space limit per submission (default 4096)")
     bt.add_argument("--seed", type=int, help="the same inputs for every submission (default: a fresh seed, printed)")
     bt.add_argument("--puzzle", "-p", action="append", help="grade only this puzzle; repeatable")
+    bt.add_argument("--jobs", "-j", type=int, default=2, help="submissions graded at once (default 2)")
     bt.set_defaults(func=cmd_batch)
     ob = sub.add_parser("_observe", help=argparse.SUPPRESS)  # the child process of `batch`
     ob.add_argument("submission")
