@@ -458,7 +458,7 @@ class _RankState:
         self.seq: dict[int, int] = {}  # group id -> number of collectives this rank has called on it
         self.labels: list[str] = []  # active record_function names
         self.untracked = False  # the runtime's own tensor work, invisible to the ledger and the isolation check
-        self.inflight: list = []  # (storage key, lo, hi, read_ok, work, what)
+        self.inflight: list = []  # (storage key, lo, hi, read_ok, work, what, tensor)
         self.unwaited: list[Work] = []
         self.rng = None
         self.result = None
@@ -663,10 +663,12 @@ class World:
     # ---- async bookkeeping
 
     def _mark_inflight(self, me: _RankState, work: Work, reads, writes, what: str) -> None:
+        # The entry holds the tensor, as a real Work does until wait(): its memory cannot be freed and reused
+        # (by an unrelated tensor that would then look "in flight") while the op may still be using it.
         for t in reads:
-            me.inflight.append((*_span(t), True, work, what))
+            me.inflight.append((*_span(t), True, work, what, t))
         for t in writes:
-            me.inflight.append((*_span(t), False, work, what))
+            me.inflight.append((*_span(t), False, work, what, t))
         me.unwaited.append(work)
 
     def check_inflight(self, me: _RankState, func, args, kwargs) -> None:
@@ -676,7 +678,7 @@ class World:
 
     def _check_access(self, me: _RankState, t: torch.Tensor, writes: bool, what: str) -> None:
         key, lo, hi = _span(t)
-        for k, a, b, read_ok, work, opname in me.inflight:
+        for k, a, b, read_ok, work, opname, _ in me.inflight:
             if k == key and lo < b and a < hi and (writes or not read_ok):
                 verb = "wrote" if writes else "read"
                 raise InFlightError(

@@ -329,3 +329,25 @@ def test_in_flight_other_slices_of_the_same_storage_are_free_to_use():
         torch.testing.assert_close(flat, torch.tensor([[3.0] * 3, [30.0] * 3], dtype=torch.float64))
         torch.testing.assert_close(peek, torch.full((3,), 10.0 * (r + 1), dtype=torch.float64))
     assert rank_threads() == []
+
+
+def test_a_dropped_send_buffer_is_kept_until_wait():
+    """Like a real Work, the handle keeps its tensors alive: dropping the name before wait() frees nothing, so a new
+    tensor cannot land on the same memory and be mistaken for the one in flight."""
+    def fn(dist):
+        if dist.get_rank() == 0:
+            dist.barrier()
+            y = torch.ones(4, 64, dtype=torch.float64)
+            work = dist.isend(y, dst=1)
+            del y
+            for _ in range(20):
+                torch.empty(4, 64, dtype=torch.float64).fill_(2.0)
+            work.wait()
+            return None
+        r = torch.empty(4, 64, dtype=torch.float64)
+        handle = dist.irecv(r, src=0)
+        dist.barrier()
+        handle.wait()
+        return r.sum().item()
+
+    assert sim.run(fn, 2).results == [None, 256.0]
