@@ -469,14 +469,15 @@ class _RankState:
 class World:
     """All the state of one run. Nothing is global, so runs are independent and repeatable."""
 
-    def __init__(self, world_size: int, cost: CostModel, seed: int, timeout: float, library_files=()):
+    def __init__(self, world_size: int, cost: CostModel, seed: int, timeout: float, library_files=(),
+                 harness_files=()):
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
         self.size, self.cost, self.seed, self.timeout = world_size, cost, seed, timeout
         self.ranks = [_RankState(r) for r in range(world_size)]
         self.ledgers = [Ledger(r, (lambda s=s: s.clock.compute)) for r, s in enumerate(self.ranks)]
         self.storage = StorageTracker(self.ledgers)
-        self.sites = SiteFinder(library_files)
+        self.sites = SiteFinder(library_files, harness_files)
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
         # new_group is itself a collective of every rank; it is matched on its own, so that "call #k on WORLD"
         # counts only the collectives the learner wrote.
@@ -1249,7 +1250,7 @@ def current_ledger() -> Ledger | None:
 
 
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
-        timeout: float = 60.0, library_files=()) -> SimResult:
+        timeout: float = 60.0, library_files=(), harness_files=()) -> SimResult:
     """Run `fn(dist, *args, *rank_args[rank])` on `world_size` simulated ranks and return a SimResult.
 
     args:      the same for every rank; each rank gets its own copy of every tensor in it (which counts on its ledger).
@@ -1259,10 +1260,11 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
     timeout:   seconds of wall time a rank may compute without communicating before it is stopped (an endless
                loop); the whole run may take ten times that.
     library_files: source files whose lines are not the learner's (allocations are charged to their caller).
+    harness_files: source files of the code that calls the learner's (a grader): their lines are marked "[harness]".
 
     An exception in any rank stops the others and is re-raised here, with a note naming the rank.
     """
     if rank_args is not None and len(rank_args) != world_size:
         raise ValueError(f"rank_args needs one entry per rank: {world_size}, got {len(rank_args)}")
-    world = World(world_size, cost or CostModel(), seed, timeout, library_files)
+    world = World(world_size, cost or CostModel(), seed, timeout, library_files, harness_files)
     return world.run(fn, tuple(args), rank_args)
