@@ -29,15 +29,19 @@ class BuildError(Exception):
 
 
 def stub_body(source: str, name: str) -> str:
-    """The solution with every solution region replaced by a NotImplementedError naming what to write."""
+    """The solution with every solution region replaced by a NotImplementedError naming what to write
+    ("p4: write CopyToTensorParallel.backward")."""
     out, inside, current = [], False, None
+    scopes: list[tuple[int, str]] = []  # (indent, name) of the enclosing defs and classes
     puzzle = name.split("_", 1)[0]
     for number, line in enumerate(source.splitlines(keepends=True), 1):
         mark = line.strip()
         if not inside:
             m = _DEF.match(line)
             if m:
-                current = m.group(1)
+                indent = len(line) - len(line.lstrip())
+                scopes = [(i, n) for i, n in scopes if i < indent] + [(indent, m.group(1))]
+                current = ".".join(n for _, n in scopes)
         if mark == BEGIN:
             if inside:
                 raise BuildError(f"{name}:{number}: {BEGIN} inside another solution region")

@@ -1,4 +1,4 @@
-# Generated from solutions/p4_tensor_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 481796ddec6b)
+# Generated from solutions/p4_tensor_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 0bb0b6a53210)
 """Puzzle 4 — Tensor parallel (the Megatron MLP).
 
 Data parallelism copies every weight onto every rank. When the weights themselves are too big for one device,
@@ -67,11 +67,11 @@ class CopyToTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dist):
-        raise NotImplementedError("p4: write forward")
+        raise NotImplementedError("p4: write CopyToTensorParallel.forward")
 
     @staticmethod
     def backward(ctx, grad):
-        raise NotImplementedError("p4: write backward")
+        raise NotImplementedError("p4: write CopyToTensorParallel.backward")
 
 
 class ReduceFromTensorParallel(torch.autograd.Function):
@@ -79,11 +79,11 @@ class ReduceFromTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, partial, dist):
-        raise NotImplementedError("p4: write forward")
+        raise NotImplementedError("p4: write ReduceFromTensorParallel.forward")
 
     @staticmethod
     def backward(ctx, grad):
-        raise NotImplementedError("p4: write backward")
+        raise NotImplementedError("p4: write ReduceFromTensorParallel.backward")
 
 
 def tp_forward(dist, x, shards):

@@ -1,4 +1,4 @@
-# Generated from solutions/p8_zero.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest d8df4f36e95e)
+# Generated from solutions/p8_zero.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest f5c76627b045)
 """Puzzle 8 — ZeRO: sharding the optimizer state.
 
 Data parallel (puzzle 3) keeps a full copy of everything on every rank. With Adam that is expensive: besides
@@ -69,7 +69,7 @@ import torch
 
 class ShardedAdam:
     def __init__(self, dist, layers, lr, betas, eps):
-        raise NotImplementedError("p8: write __init__")
+        raise NotImplementedError("p8: write ShardedAdam.__init__")
 
     def step(self):
-        raise NotImplementedError("p8: write step")
+        raise NotImplementedError("p8: write ShardedAdam.step")

@@ -37,7 +37,7 @@ def test_stub_replaces_each_solution_region_with_not_implemented():
     text = build.stub(SOLUTION, "p9_demo.py")
     assert "y = y * 2" not in text and "self.dist = dist" not in text
     assert '    raise NotImplementedError("p9: write step")\n' in text
-    assert '        raise NotImplementedError("p9: write __init__")\n' in text
+    assert '        raise NotImplementedError("p9: write Opt.__init__")\n' in text
     assert '"""Doc."""\n    y = x + 1\n' in text  # everything outside the markers is kept
     compile(text, "p9_demo.py", "exec")
 
