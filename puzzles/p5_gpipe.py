@@ -1,0 +1,65 @@
+# Generated from solutions/p5_gpipe.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 57f147ec5944)
+"""Puzzle 5 — Pipeline parallel (GPipe).
+
+The model is too deep for one device, so it is cut into p = 4 *stages* of consecutive blocks, one stage per rank:
+rank 0 holds blocks 0-1, rank 1 blocks 2-3, and so on. Rank 0 holds the inputs x, the last rank the targets.
+Activations travel forward from rank to rank with send/recv, and their gradients travel back the same way.
+
+Run the whole batch through at once and only one rank is ever busy: the others wait, and with p stages each rank
+idles (p-1)/p of the time (75% here). GPipe cuts the batch into m = 8 *microbatches* and streams them, so that
+rank 1 works on microbatch 0 while rank 0 already works on microbatch 1. All forwards first, then all backwards:
+
+    time -->  (Fi: microbatch i's forward through one stage, F ticks; Bi==: its backward, 2F; .: idle, F/2)
+    rank 0  F0F1F2F3F4F5F6F7..................B7==B6==B5==B4==B3==B2==B1==B0==
+    rank 1  ..F0F1F2F3F4F5F6F7............B7==B6==B5==B4==B3==B2==B1==B0==....
+    rank 2  ....F0F1F2F3F4F5F6F7......B7==B6==B5==B4==B3==B2==B1==B0==........
+    rank 3  ......F0F1F2F3F4F5F6F7B7==B6==B5==B4==B3==B2==B1==B0==............
+
+Each rank still idles while the pipeline fills and drains: p-1 of the m+p-1 slots of the forward pass, and again
+of the backward pass, so the bubble is (p-1)/(m+p-1) = 3/11 = 27.3%: more microbatches, smaller bubble.
+
+Write `gpipe_step(dist, layers, x, target, n_micro, micro_shape)`, run by every rank:
+  - `layers`: this stage's 2 blocks, a list of (w1 [64, 256], w2 [256, 64]) pairs with requires_grad;
+  - `x`: the batch, [64, 64], on rank 0 (None on the other ranks); `target`: [64, 64] on the last rank (else None);
+  - `n_micro`: m = 8; microbatch i is rows 8i to 8i+7 (`x.chunk(n_micro)[i]`, `target.chunk(n_micro)[i]`);
+  - `micro_shape`: (8, 64), the shape of one microbatch's activations between stages and of their gradients:
+    allocate receive buffers with it (`torch.empty(micro_shape, dtype=torch.float64)`).
+  Forward every microbatch (stage input -> `forward(a, layers)` from puzzles.model -> send it to rank + 1; on the
+  last rank, `loss_fn(y, target_i) / n_micro`), then backward every microbatch (receive the gradient of the
+  stage's output from rank + 1, backpropagate it, send the gradient of the stage's input to rank - 1). Leave the
+  gradient of the full-batch loss `loss_fn(forward(x, all layers), target)` in `w.grad` of this stage's weights
+  (they start as zeros; backward adds into them, so they accumulate over the microbatches), and return the
+  gradient of the loss with respect to this stage's input for the whole batch ([64, 64], microbatch i in rows 8i
+  to 8i+7). On rank 0 that is dL/dx, what a layer before the pipeline (an embedding, in a language model) would
+  need; computing it also makes every stage's backward cost the same, 2F.
+
+The clock (the cost model of this puzzle): CostModel(flops_per_tick=1024, latency_ticks=0, bytes_per_tick=4096).
+Only matrix products cost time, so one stage's forward of one microbatch is F = 1,024 ticks (4 matmuls of
+2·8·64·256 FLOPs), its backward 2F = 2,048 ticks, and a message of one microbatch's activations (8·64·8 = 4,096
+bytes) costs 1 tick, about 0.1% of F.
+
+Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
+  - stage gradients: every rank's w.grad equal the serial full-batch gradients of its blocks.
+  - input gradients: every rank returns dL/d(its stage input), equal to the serial reference.
+  - bubble: the share of the makespan the ranks' compute streams sit idle, averaged over the ranks, measured on the
+    clock, is at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%. The formula is exact for stages of
+    equal cost and free messages; here each message costs 1 tick, which puts a well-ordered schedule about 0.1 point
+    above it. The whole batch as one microbatch idles (p-1)/p = 75%.
+  - no deadlock: every send meets its recv (a blocking send here waits for the matching recv, as a rendezvous).
+
+Hints:
+  - The full-batch loss is the mean of the microbatch losses, so scale each microbatch's loss by 1/m.
+  - A stage's input must require grad so that backward computes its gradient: `a.requires_grad_()`; afterwards
+    the gradient is in `a.grad`. `y.backward(g)` backpropagates a received gradient g through the stage's output y.
+  - Keep each microbatch's stage input and output until its backward; run the backwards in an order both
+    neighbours agree on (the gradient you receive must go through the graph of the same microbatch).
+  - `torch.profiler.record_function(f"F{i}")` / `(f"B{i}")` around a microbatch's work names it on the schedule chart.
+"""
+
+import torch
+
+from puzzles.model import forward, loss_fn
+
+
+def gpipe_step(dist, layers, x, target, n_micro, micro_shape):
+    raise NotImplementedError("p5: write gpipe_step")
