@@ -41,15 +41,17 @@ class CostModel:
         broadcast       (N-1)*alpha + n*beta                 (pipelined along the ring)
         barrier         2(N-1)*alpha                         (an all_reduce of nothing)
 
-    A group of one rank communicates with nobody and costs nothing. Bandwidth terms are rounded up to a whole tick.
+    A group of one rank communicates with nobody and costs nothing. Bandwidth terms are rounded up to a whole tick;
+    `bytes_per_tick=None` makes them zero (free messages, for exact textbook figures such as a pipeline's bubble).
     """
 
     flops_per_tick: int = 1000
     latency_ticks: int = 1000
-    bytes_per_tick: int = 10
+    bytes_per_tick: int | None = 10  # None: infinite bandwidth, a message costs its latency only
 
     def __post_init__(self):
-        if self.flops_per_tick <= 0 or self.bytes_per_tick <= 0 or self.latency_ticks < 0:
+        if self.flops_per_tick <= 0 or self.latency_ticks < 0 or (
+                self.bytes_per_tick is not None and self.bytes_per_tick <= 0):
             raise ValueError(f"CostModel needs positive rates and a non-negative latency, got {self}")
 
     def compute_ticks(self, flops: int) -> int:
@@ -88,6 +90,8 @@ class CostModel:
         return 0
 
     def _wire(self, nbytes) -> int:
+        if self.bytes_per_tick is None:
+            return 0
         return _ceil(Fraction(nbytes) / self.bytes_per_tick)
 
 

@@ -219,3 +219,11 @@ def test_twenty_runs_give_the_same_events_ledgers_and_values():
             first = record
             assert len(record[0]) > 10, record[0]  # a program with something to schedule
         assert record == first
+
+
+def test_infinite_bandwidth_makes_messages_cost_their_latency_only():
+    cost = sim.CostModel(flops_per_tick=1, latency_ticks=3, bytes_per_tick=None)
+    assert cost.comm_ticks("send", 1 << 20, 2) == 3
+    assert cost.comm_ticks("all_reduce", 1 << 20, 4) == 2 * 3 * 3
+    with pytest.raises(ValueError):
+        sim.CostModel(bytes_per_tick=0)
