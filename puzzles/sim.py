@@ -26,6 +26,7 @@ How it works, in four ideas:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import enum
@@ -35,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from .sim_clock import CostModel, Event, RankClock, op_flops
 from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame
@@ -197,7 +198,7 @@ def _reduce_into(out: torch.Tensor, tensors: list[torch.Tensor], op: ReduceOp) -
     """out = tensors[0] (op) tensors[1] (op) ..., elementwise, in rank order (so every run gets the same bits).
     `out` may be tensors[0] itself."""
     out = out.data
-    if out is not tensors[0]:
+    if (out.data_ptr(), out.shape, out.stride()) != (tensors[0].data_ptr(), tensors[0].shape, tensors[0].stride()):
         out.copy_(tensors[0])
     for t in tensors[1:]:
         if op in (ReduceOp.SUM, ReduceOp.AVG):
@@ -514,18 +515,16 @@ class World:
         node = torch._C._current_autograd_node()
         return f"{site}  [backward: {node.name()}]" if node is not None else site
 
-    class _Untracked:
-        def __init__(self, me):
-            self.me = me
-
-        def __enter__(self):
-            self.me.untracked = True
-
-        def __exit__(self, *exc):
-            self.me.untracked = False
-
+    @contextlib.contextmanager
     def untracked(self, me):
-        return World._Untracked(me)
+        """The runtime's own tensor work (moving data, saving RNG state): off the ledger, outside the isolation
+        check, and without paying for the dispatch mode on every op."""
+        me.untracked = True
+        try:
+            with _disable_current_modes():
+                yield
+        finally:
+            me.untracked = False
 
     def isolation_message(self, rank: int, owner, t: torch.Tensor, what: str) -> str:
         where = self.sites.here()
