@@ -33,7 +33,7 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
         (subs / name / "p3_data_parallel.py").write_text(source)
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--json", str(js),
-                           "--timeout", "30", "--memory-mb", "3000", "--seed", "4", "-p", "p3", "--jobs", "3"],
+                           "--timeout", "20", "--memory-mb", "3000", "--seed", "4", "-p", "p3", "--jobs", "3"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "[7/7]" in proc.stderr  # progress, as it goes
