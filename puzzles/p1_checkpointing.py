@@ -1,4 +1,4 @@
-# Generated from solutions/p1_checkpointing.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 3f564303a45d)
+# Generated from solutions/p1_checkpointing.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 9287201291e8)
 """Puzzle 1 — Activation checkpointing.
 
 To backpropagate through a block, autograd keeps what the block's forward computed: for our block
@@ -62,6 +62,7 @@ Hints:
   - `c.detach().requires_grad_()` makes a fresh leaf that shares c's memory: recompute from it, and after
     `out.backward(g)` its `.grad` is the gradient to hand to the previous segment.
   - Drop each segment's graph and output before recomputing the next one (rebinding or `del`).
+  - `with torch.profiler.record_function("recompute"):` around a recomputation shows it as such on the schedule.
 """
 
 import torch

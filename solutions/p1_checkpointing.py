@@ -61,6 +61,7 @@ Hints:
   - `c.detach().requires_grad_()` makes a fresh leaf that shares c's memory: recompute from it, and after
     `out.backward(g)` its `.grad` is the gradient to hand to the previous segment.
   - Drop each segment's graph and output before recomputing the next one (rebinding or `del`).
+  - `with torch.profiler.record_function("recompute"):` around a recomputation shows it as such on the schedule.
 """
 
 import torch
@@ -85,7 +86,7 @@ def checkpointed_backward(saved, layers, k, grad_y):
     grad = grad_y
     for s in reversed(range(len(saved))):
         start = saved[s].detach().requires_grad_()
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.profiler.record_function("recompute"):  # the label shows on the chart
             out = forward(start, layers[s * k:(s + 1) * k])
         out.backward(grad)  # fills the segment's weights' .grad and start.grad, and frees the segment's graph
         grad = start.grad
