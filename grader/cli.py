@@ -17,15 +17,22 @@ def fresh_seed() -> int:
 
 def cmd_check(args) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
+    options, on = {}, ""
+    if args.backend == "torch":
+        options = {"world_size": args.world_size, "timeout": args.timeout, "dist_backend": args.dist_backend}
+        on = f"torch.distributed ({args.dist_backend}, one process per rank)"
+    elif args.world_size is not None or args.timeout is not None:
+        print("error: --world-size and --timeout go with --backend torch", file=sys.stderr)
+        return 2
     try:
-        results = runner.grade_target(args.target, args.puzzle, seed)
+        results = runner.grade_target(args.target, args.puzzle, seed, args.backend, **options)
     except (FileNotFoundError, KeyError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     if args.json:
         print(report.to_json(results, str(args.target), seed, figures=args.figures))
     else:
-        print(report.console(results, str(args.target), seed, verbose=args.verbose))
+        print(report.console(results, str(args.target), seed, verbose=args.verbose, backend=on))
     return 1 if any(r.status in (FAIL, ERROR) for r in results) else 0
 
 
@@ -83,6 +90,14 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     check.add_argument("--figures", action="store_true", help="with --json: include the data behind the plots")
     check.add_argument("--verbose", "-v", action="store_true", help="show passing checks too")
+    check.add_argument("--backend", choices=("sim", "torch"), default="sim",
+                       help="sim: the simulator (default); torch: real processes on torch.distributed, one per rank")
+    check.add_argument("--world-size", type=int, help="with --backend torch: grade only the puzzles written for "
+                                                       "this many ranks (each puzzle's sizes fix its world size)")
+    check.add_argument("--timeout", type=float, help="with --backend torch: seconds each puzzle may take before "
+                                                     "its process group counts as hung (default: the puzzle's, 60)")
+    check.add_argument("--dist-backend", choices=("gloo", "nccl"), default="gloo",
+                       help="with --backend torch: gloo (CPU, default) or nccl (one GPU per rank)")
     check.set_defaults(func=cmd_check)
     b = sub.add_parser("build", help="regenerate the stubs in puzzles/ from solutions/")
     b.add_argument("--check", action="store_true", help="exit 1 and name the stale files instead of writing")

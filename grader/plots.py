@@ -127,6 +127,7 @@ def _rank_names(ranks: list[int]) -> str:
 
 def _short_site(site: str, puzzle_id: str = "", width: int = 60) -> str:
     """'p3_data_parallel.py:39: loss.backward()' -> 'line 39: loss.backward()' for the puzzle's own file."""
+    site = re.sub(r"^\[harness\] \S+?:\d+:?", "grader:", site)  # the grader's code around yours
     if puzzle_id:
         site = re.sub(rf"^{re.escape(puzzle_id)}_\w+\.py:(\d+)", r"line \1", site)
     site = " ".join(site.split())

@@ -11,8 +11,11 @@ _BADGE = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR", NOT_ATTEMPTED: "not attemp
 
 
 def summary_line(r: PuzzleResult) -> str:
-    n_ok = sum(c.passed for c in r.checks)
-    detail = f"{n_ok}/{len(r.checks)} checks" if r.checks else ""
+    made = [c for c in r.checks if not c.simulator_only]
+    n_ok = sum(c.passed for c in made)
+    detail = f"{n_ok}/{len(made)} checks" if r.checks else ""
+    if len(made) < len(r.checks):
+        detail += f" (+{len(r.checks) - len(made)} simulator only)"
     return f"{r.id:<4} {r.title:<28} {_BADGE[r.status]:<14} {detail}"
 
 
@@ -24,16 +27,18 @@ def detail_lines(r: PuzzleResult, verbose: bool = False) -> list[str]:
             lines += [f"  {line}" for line in r.error.splitlines()]
         return lines
     for c in r.checks:
-        if c.passed and not verbose:
+        if c.passed and not verbose and not c.simulator_only:
             continue
-        lines.append(f"  {'ok  ' if c.passed else 'FAIL'} {c.name}: {c.message}")
+        mark = "sim " if c.simulator_only else "ok  " if c.passed else "FAIL"
+        lines.append(f"  {mark} {c.name}: {c.message}")
         if c.diagnosis:
             lines.append(f"       likely cause: {c.diagnosis}")
     return lines
 
 
-def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool = False) -> str:
-    out = [f"Grading {target} (seed {seed}; reproduce with --seed {seed})", ""]
+def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool = False, backend: str = "") -> str:
+    on = f" on {backend}" if backend else ""
+    out = [f"Grading {target}{on} (seed {seed}; reproduce with --seed {seed})", ""]
     for r in results:
         out.append(summary_line(r))
         out += detail_lines(r, verbose)
@@ -57,7 +62,7 @@ def to_html(r: PuzzleResult, seed: int) -> str:
     colour = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e", NOT_ATTEMPTED: "#6e7781"}[r.status]
     rows = []
     for c in r.checks:
-        mark = "&#10004;" if c.passed else "&#10008;"
+        mark = "&#9675;" if c.simulator_only else "&#10004;" if c.passed else "&#10008;"
         budget = f"<br><small>budget: {html.escape(c.budget.describe())}</small>" if c.budget else ""
         diag = (f"<br><b>likely cause:</b> {html.escape(c.diagnosis)}" if c.diagnosis else "")
         rows.append(f"<tr><td style='color:{'#1a7f37' if c.passed else '#cf222e'}'>{mark}</td>"

@@ -70,6 +70,7 @@ class PuzzleSpec:
     cost = CostModel()
     timeout = 60.0
     hints: tuple[str, ...] = ()
+    simulator_only: tuple[str, ...] = ()  # names of the checks only the simulated clock can make (see real.py)
 
     @property
     def filename(self) -> str:
@@ -92,6 +93,11 @@ class PuzzleSpec:
 
     def check(self, obs: Observation, ref: dict, inputs: dict) -> list[Check]:
         raise NotImplementedError
+
+    def memory_lines(self, inputs: dict) -> list | None:
+        """The budget line of each rank's memory plot, in total bytes (None where a rank has none)."""
+        budget = self.budgets(inputs).get("peak memory")
+        return [budget.value] * self.world_size if budget else None
 
     def run_context(self):
         """A context around loading and running the learner's file (p1 uses it to take torch.utils.checkpoint

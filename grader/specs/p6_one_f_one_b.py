@@ -28,6 +28,10 @@ class OneFOneB(PipelineSpec):
             f"{ACT:,} bytes)", P * ACT + WORKSPACE, "bytes")
         return budgets
 
+    def memory_lines(self, inputs):
+        """Rank 0's budget as a total, for its memory plot: the static bytes plus the activation budget."""
+        return [STATIC + self.budgets(inputs)["stage-0 activation memory"].value] + [None] * (self.world_size - 1)
+
     def extra_checks(self, obs: Observation, ref, inputs) -> list[Check]:
         budget = self.budgets(inputs)["stage-0 activation memory"]
         held = obs.peak_bytes[0] - STATIC

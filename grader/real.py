@@ -1,0 +1,943 @@
+"""The real backend: the same puzzle function, run by N operating-system processes on torch.distributed.
+
+    python -m grader check solutions --backend torch          (gloo processes on this machine's CPU)
+    torchrun --nproc-per-node 4 -m grader.launch p3 --target solutions   (a real cluster; see launch.py)
+
+On the simulator, `dist` is the simulator's mirror of torch.distributed; here it is `torch.distributed` itself,
+in N processes started with torch.multiprocessing, joined in one gloo process group (NCCL on GPUs). Each process
+runs the spec's `program` exactly as a simulated rank does and sends back plain data, from which the parent
+builds the same `Observation` the simulator gives, so `spec.check` grades both with the same code.
+
+What each process measures, with the same definitions as the simulator (puzzles/sim_memory.py, sim_clock.py):
+- **memory**: a TorchDispatchMode of its own (`ProcessTracker`) charges every storage an op materialises to the
+  same `Ledger` class the simulator uses, with the same `StorageTracker`; the inputs are placed on the rank the
+  same way (a private copy, charged as "input placed on the rank"). So peak memory is the same figure.
+- **communication**: c10d's collectives are dispatcher ops (`c10d.allreduce_`, `c10d._allgather_base_`,
+  `c10d.send`, ...), so the same mode sees each one, with its bytes, its group and whether autograd's backward
+  issued it: the counts and volumes that the specs check.
+- **compute**: FLOPs per op by the simulator's formulas, laid end to end in ticks: a rank's compute stream
+  without the waits. FLOP counts are exact on real processes; the *timeline* is not.
+
+What only the simulated clock can measure (makespan, bubble, overlap) is reported as "simulator only": real
+processes on a shared CPU have no clock that means the same thing on every machine.
+
+How a group runs: the parent hosts a TCPStore on a port the OS picks, starts N processes (a forkserver that has
+already imported torch, so a group costs a fraction of a second after the first), and each process runs the
+puzzles it is given one after another, each in a fresh process group (so a message a wrong answer left unmatched
+cannot leak into the next puzzle). Results come back as files (torch.save, loaded with weights_only=True).
+Every path ends with every process gone: a rank that raises, a rank that dies, a group that hangs past its time
+limit (the hung ranks' Python stacks are dumped first, to say where each one waits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import faulthandler
+import gc
+import linecache
+import multiprocessing.connection
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from puzzles import model
+from puzzles.sim_clock import CostModel, Event, RankClock, op_flops
+from puzzles.sim_memory import Ledger, SiteFinder, StorageTracker
+
+from . import probe
+
+PLACED_SITE = "input placed on the rank by the launcher"
+DEFAULT_TIMEOUT = 60.0  # seconds one puzzle may take on the real backend (the spec's own timeout, if larger)
+STARTUP_TIMEOUT = 180.0  # seconds for the processes to start (importing torch on a busy machine is slow)
+HANG_GRACE = 3.0  # after the time limit: seconds for the ranks to report gloo's own timeout before the kill
+ERROR_GRACE = 2.0  # after a rank raised: seconds for the others to finish or raise before they are stopped
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DIST_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
+_DISPATCH_FILES = {os.path.join(_TORCH_DIR, "_ops.py"), os.path.join(_TORCH_DIR, "utils", "_python_dispatch.py"),
+                   os.path.abspath(__file__)}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# In each process: the tracker (the simulator's ledger and FLOP count, and the communication it sees).
+
+
+def _profiler_ops():
+    """record_function's enter and exit ops, so that events carry the learner's labels as on the simulator."""
+    enter, exit_ = set(), set()
+    prof = getattr(torch.ops, "profiler", None)
+    for name, bucket in (("_record_function_enter_new", enter), ("_record_function_enter", enter),
+                         ("_record_function_exit", exit_)):
+        try:
+            packet = getattr(prof, name)
+            bucket.update(getattr(packet, o) for o in packet.overloads())
+        except Exception:  # an older or newer torch without that op
+            pass
+    return enter, exit_
+
+
+_RECORD_ENTER, _RECORD_EXIT = _profiler_ops()
+
+
+def _nbytes(x) -> int:
+    """Bytes of a tensor, or of every tensor in a (nested) list of them."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    return 0
+
+
+# c10d op -> (the simulator's name for it, which argument holds the buffer whose bytes the simulator counts).
+# The simulator's `nbytes`: all_reduce and broadcast the tensor; all_gather and all_gather_into_tensor the gathered
+# (full) output; reduce_scatter_tensor the full input; send/recv the message; barrier nothing.
+COMM_OPS = {
+    "allreduce_": ("all_reduce", 0),
+    "allreduce_coalesced_": ("all_reduce_coalesced", 0),
+    "allgather_": ("all_gather", 0),
+    "_allgather_base_": ("all_gather_into_tensor", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather_into_tensor_coalesced", 0),
+    "reduce_scatter_": ("reduce_scatter", 1),
+    "_reduce_scatter_base_": ("reduce_scatter_tensor", 1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter_tensor_coalesced", 1),
+    "broadcast_": ("broadcast", 0),
+    "reduce_": ("reduce", 0),
+    "gather_": ("gather", 1),
+    "scatter_": ("scatter", 0),
+    "alltoall_": ("all_to_all", 0),
+    "alltoall_base_": ("all_to_all_single", 0),
+    "send": ("send", 0),
+    "recv_": ("recv", 0),
+    "recv_any_source_": ("recv", 0),
+    "barrier": ("barrier", None),
+    "monitored_barrier_": ("barrier", None),
+}
+
+
+def _process_group_of(args):
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):
+            try:
+                return dist.ProcessGroup.unbox(a)
+            except Exception:  # a torch without unbox: fall back to the default group
+                return None
+    return None
+
+
+def _in_runtime() -> bool:
+    """True when the op was called from torch.distributed's own Python code (the 1-element tensor gloo's barrier
+    makes, the buffers of object collectives): the runtime's memory, which the simulator does not charge either."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename in _DISPATCH_FILES:
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_DIST_DIR)
+
+
+class ProcessTracker(TorchDispatchMode):
+    """One process's rank, seen op by op: its memory ledger, its FLOPs in ticks, its communication events.
+
+    The ledger and storage tracker are the simulator's own classes; `place` copies the harness's inputs onto the
+    rank as sim.run does. The ledger's clock is the FLOP clock (compute ticks laid end to end)."""
+
+    def __init__(self, rank: int, cost: CostModel, library_files=(), device=None):
+        super().__init__()
+        self.rank, self.cost, self.device = rank, cost, device
+        self.clock = RankClock()
+        self.ledger = Ledger(rank, lambda: self.clock.compute)
+        self.storage = StorageTracker({rank: self.ledger})
+        self.sites = SiteFinder([*library_files, __file__])
+        self.labels: list[str] = []
+        self.untracked = False
+        self.flops = 0
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # as the simulator's mode: nothing is compiled on a graded rank
+        return False
+
+    @contextlib.contextmanager
+    def untracked_ops(self):
+        self.untracked = True
+        try:
+            yield
+        finally:
+            self.untracked = False
+
+    def place(self, value, memo=None):
+        """A private copy of the harness's tensors on this rank (on its device), charged to its ledger."""
+        memo = {} if memo is None else memo
+        if isinstance(value, torch.Tensor):
+            if id(value) not in memo:
+                with self.untracked_ops():
+                    copy = value.detach().clone() if self.device is None else value.detach().to(self.device, copy=True)
+                    if isinstance(value, torch.nn.Parameter):
+                        copy = torch.nn.Parameter(copy, requires_grad=value.requires_grad)
+                    elif value.requires_grad:
+                        copy.requires_grad_(True)
+                self.storage.adopt(copy.untyped_storage(), self.rank, PLACED_SITE)
+                memo[id(value)] = copy
+            return memo[id(value)]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(self.place(v, memo) for v in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.place(v, memo) for v in value)
+        if isinstance(value, dict):
+            return type(value)((k, self.place(v, memo)) for k, v in value.items())
+        return value
+
+    def allocation_site(self) -> str:
+        site = self.sites.here()
+        node = torch._C._current_autograd_node()
+        return f"{site}  [backward: {node.name()}]" if node is not None else site
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.untracked:
+            return func(*args, **kwargs)
+        if func in _RECORD_ENTER:
+            self.labels.append(str(args[0]))
+            return func(*args, **kwargs)
+        if func in _RECORD_EXIT:
+            if self.labels:
+                self.labels.pop()
+            return func(*args, **kwargs)
+        if func.namespace == "c10d":
+            return self._communicate(func, args, kwargs)
+        out = func(*args, **kwargs)
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        runtime = None
+        for t in outs:
+            if not isinstance(t, torch.Tensor):
+                continue
+            try:
+                st = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if st._cdata not in self.storage.owner:
+                if runtime is None:
+                    runtime = _in_runtime()
+                if not runtime:
+                    self.storage.adopt(st, self.rank, self.allocation_site())
+        flops = op_flops(func, args, kwargs, out)
+        if flops:
+            phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
+            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops), flops, phase,
+                                   self.labels[-1] if self.labels else "")
+            self.flops += flops
+        return out
+
+    def _communicate(self, func, args, kwargs):
+        name = func._schema.name.split("::")[-1]
+        kind, which = COMM_OPS.get(name, (name, None))
+        phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        site = self.sites.here()
+        label = self.labels[-1] if self.labels else ""
+        out = func(*args, **kwargs)
+        pg = _process_group_of(args)
+        try:
+            ranks = tuple(dist.get_process_group_ranks(pg)) if pg is not None else tuple(range(dist.get_world_size()))
+        except Exception:  # a group this process does not know by that object
+            ranks = tuple(range(dist.get_world_size()))
+        nbytes = _nbytes(args[which]) if which is not None else 0
+        if kind == "send":
+            peers = (self.rank, ranks[args[2]])
+        elif kind == "recv":
+            peers = (ranks[args[2]] if name == "recv_" else -1, self.rank)
+        else:
+            peers = ranks
+        tick = self.clock.compute
+        self.clock.events.append(Event(self.rank, "comm", kind, tick, tick, nbytes=nbytes,
+                                       wire_bytes=self.cost.wire_bytes(kind, nbytes, len(ranks)), phase=phase,
+                                       peers=peers, site=site, label=label))
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# In each process: running one task (one puzzle, or a function) and returning plain data.
+
+
+@dataclass
+class PuzzleTask:
+    """Grade one puzzle file: every process rebuilds the inputs from the seed (the same on every rank) and runs
+    the spec's program on its own rank's arguments."""
+
+    puzzle: str
+    path: str
+    seed: int
+
+    @contextlib.contextmanager
+    def prepared(self, rank: int, world_size: int):
+        from .runner import load_module
+        from .specs import SPECS
+
+        spec = SPECS[self.puzzle]
+        with spec.run_context():
+            module = load_module(Path(self.path))
+            inputs = spec.make_inputs(self.seed)
+            args, rank_args = spec.launch(inputs)
+            per_rank = tuple(rank_args[rank]) if rank_args is not None else ()
+            yield spec.program(module), (*args, *per_rank), spec.cost, self.path
+
+    def describe(self) -> str:
+        return f"{self.puzzle} ({os.path.basename(self.path)})"
+
+
+@dataclass
+class FunctionTask:
+    """Run `fn(dist, *args, *rank_args[rank])`, as sim.run does (fn must be importable by name: a module-level
+    function). For tests and for anyone who wants the real backend without a spec."""
+
+    fn: object
+    args: tuple = ()
+    rank_args: list | None = None
+    seed: int = 0
+    cost: CostModel = field(default_factory=CostModel)
+
+    @contextlib.contextmanager
+    def prepared(self, rank: int, world_size: int):
+        per_rank = tuple(self.rank_args[rank]) if self.rank_args is not None else ()
+        yield self.fn, (*self.args, *per_rank), self.cost, getattr(sys.modules.get(self.fn.__module__), "__file__",
+                                                                       None)
+
+    def describe(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+
+def portable(value):
+    """What a rank returned, as plain data another process can load: tensors detached and on the CPU."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        return t.cpu() if t.device.type != "cpu" else t
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return tuple(portable(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(portable(v) for v in value)
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    return value
+
+
+def execute(task, rank: int, world_size: int, device=None) -> dict:
+    """Run one task on this process's rank, under the tracker. Never raises: an error comes back as data."""
+    started = time.perf_counter()
+    learner_file = getattr(task, "path", None)
+    try:
+        with task.prepared(rank, world_size) as (fn, args, cost, learner_file):
+            # As sim.run: rank r's random numbers are the simulator's rank r stream, one intra-op thread, and
+            # frees by reference counting only (no cycle collector), so the ledger is the same on every run.
+            torch.manual_seed((task.seed * 65_537 + rank) % (2**63))
+            gc_was_enabled = gc.isenabled()
+            gc.disable()
+            tracker = ProcessTracker(rank, cost, [model.__file__], device)
+            probe.install_process_tracker(lambda: tracker.ledger.current)
+            default_device = torch.get_default_device() if device is not None else None
+            try:
+                if device is not None:
+                    torch.set_default_device(device)
+                with tracker:
+                    placed = tracker.place(tuple(args))
+                    result = fn(dist, *placed)
+                    tracker.ledger.close()  # what the rank holds as it returns, its inputs included
+                    del placed
+            finally:
+                if device is not None:
+                    torch.set_default_device(default_device)
+                probe.install_process_tracker(None)
+                if gc_was_enabled:
+                    gc.enable()
+            return {"rank": rank, "result": portable(result), "ledger": tracker.ledger.to_dict(),
+                    "events": [e.to_dict() for e in tracker.clock.events], "flops": tracker.flops,
+                    "run_s": time.perf_counter() - started}
+    except BaseException as exc:  # the learner's error, gloo's timeout, a mismatch found by DETAIL's fingerprints
+        from .runner import describe_exception
+
+        return {"rank": rank, "error": describe_exception(exc, learner_file), "error_type": type(exc).__name__,
+                "traceback": traceback.format_exc(limit=-12), "run_s": time.perf_counter() - started}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The process side of a group.
+
+
+def device_for(backend: str, local_rank: int):
+    """NCCL: each rank on its own GPU. gloo: the CPU (None)."""
+    if backend != "nccl":
+        return None
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def enable_debug_detail() -> None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: every collective first checks the ranks' fingerprints (op, shapes, dtypes),
+    so a mismatch is an error naming both ranks instead of a hang or garbage. (torch reads the variable when
+    torch.distributed is imported, which in a forkserver child has already happened: set the level too.)"""
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    with contextlib.suppress(Exception):
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the process that started it dies, whatever kills it."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _write(path: Path, payload) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # atomic: the parent never reads half a file
+
+
+def _wait_for(path: Path) -> None:
+    while not path.exists():
+        time.sleep(0.005)
+
+
+def _child_main(rank: int, world_size: int, host: str, port: int, tasks: list, workdir: str, backend: str,
+                timeout: float) -> None:
+    work = Path(workdir)
+    log = open(work / f"rank{rank}.log", "w", buffering=1)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    _die_with_parent()
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    code = 0
+    try:
+        enable_debug_detail()
+        torch.set_num_threads(1)
+        device = device_for(backend, rank)
+        store = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=STARTUP_TIMEOUT))
+        (work / f"ready.r{rank}").touch()
+        for k, task in enumerate(tasks):
+            dist.init_process_group(backend, store=dist.PrefixStore(f"task{k}/", store), rank=rank,
+                                    world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+            payload = execute(task, rank, world_size, device)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _write(work / f"t{k}.r{rank}.pt", payload)
+            _wait_for(work / f"go{k}")  # the parent says so once every rank has reported this task
+            dist.destroy_process_group()
+        _wait_for(work / "release")
+    except BaseException:  # the launcher's own failure (the store, init_process_group): say so in the log
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip interpreter teardown: it is slow, and nothing is left to clean
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The parent side: start a group, collect each task, and report hangs, crashes and errors.
+
+
+@dataclass
+class TaskOutcome:
+    """What became of one task: every rank's payload, or what went wrong (`status` error / not_attempted)."""
+
+    task: object
+    world_size: int
+    payloads: list | None = None
+    status: str = "ok"  # ok | error | not_attempted
+    error: str = ""
+    wall_s: float = 0.0  # from the task's start (the group's, for the first) to its last rank's report
+    startup_s: float = 0.0  # the group's start (processes, imports, store) when this task was the group's first
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _start_method(preferred=None) -> str:
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    if preferred:
+        return preferred
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _context(method: str):
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # The server imports torch and the grader once; every later group forks from it in milliseconds.
+        ctx.set_forkserver_preload(["grader.real", "grader.runner"])
+    return ctx
+
+
+def _exit_reason(code) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _Group:
+    """N processes running a list of tasks; always closed (every process gone, the folder removed)."""
+
+    def __init__(self, tasks, world_size: int, backend: str, timeout: float, start_method=None):
+        self.tasks, self.world_size, self.backend, self.timeout = tasks, world_size, backend, timeout
+        self.work = Path(tempfile.mkdtemp(prefix="grader-real-"))
+        self.procs = []
+        self.store = None
+        self.method = _start_method(start_method)
+
+    # ---- lifecycle
+
+    def start(self) -> float:
+        started = time.monotonic()
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(seconds=STARTUP_TIMEOUT))  # port 0: the OS picks one
+        ctx = _context(self.method)
+        for r in range(self.world_size):
+            p = ctx.Process(target=_child_main, name=f"grader-rank-{r}",
+                            args=(r, self.world_size, "127.0.0.1", self.store.port, self.tasks, str(self.work),
+                                  self.backend, self.timeout), daemon=True)
+            p.start()
+            self.procs.append(p)
+        deadline = started + STARTUP_TIMEOUT
+        while not all((self.work / f"ready.r{r}").exists() for r in range(self.world_size)):
+            dead = [r for r, p in enumerate(self.procs) if p.exitcode is not None]
+            if dead:
+                raise _GroupFailed(self._describe_dead(dead, "while starting"))
+            if time.monotonic() > deadline:
+                raise _GroupFailed(f"the {self.world_size} processes did not start within {STARTUP_TIMEOUT:g} s")
+            self._pause()
+        return time.monotonic() - started
+
+    def close(self, broken: bool = False) -> None:
+        """Release the processes (or, when the group is broken, kill them at once), then wait for every one."""
+        if not broken:
+            (self.work / "release").touch()
+            stop = time.monotonic() + 2.0
+            for p in self.procs:
+                p.join(timeout=max(0.0, stop - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        for p in self.procs:
+            p.join(timeout=5.0)
+            with contextlib.suppress(Exception):
+                p.close()
+        self.procs = []
+        self.store = None
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def _pause(self) -> None:
+        sentinels = [p.sentinel for p in self.procs if p.exitcode is None]
+        if sentinels:
+            multiprocessing.connection.wait(sentinels, timeout=0.01)
+        else:
+            time.sleep(0.01)
+
+    # ---- one task
+
+    def collect(self, k: int) -> tuple[list, str | None]:
+        """Wait for every rank's report of task k. Returns (payloads by rank, None) or (payloads so far, the
+        description of what went wrong); after an error the group must not be used again."""
+        started = time.monotonic()
+        deadline = started + self.timeout + HANG_GRACE
+        payloads: list = [None] * self.world_size
+        first_error_at = None
+        while True:
+            for r in range(self.world_size):
+                path = self.work / f"t{k}.r{r}.pt"
+                if payloads[r] is None and path.exists():
+                    payloads[r] = _load(path)
+                    if "error" in payloads[r] and first_error_at is None:
+                        first_error_at = time.monotonic()
+            missing = [r for r in range(self.world_size) if payloads[r] is None]
+            if not missing:
+                if any("error" in p for p in payloads):
+                    return payloads, self._describe_errors(k, payloads, [])
+                return payloads, None
+            dead = [r for r in missing if self.procs[r].exitcode is not None]
+            if dead:
+                return payloads, self._describe_dead(dead, f"in {self.tasks[k].describe()}", payloads)
+            now = time.monotonic()
+            if first_error_at is not None and now > first_error_at + ERROR_GRACE:
+                return payloads, self._describe_errors(k, payloads, missing)
+            if now > deadline:
+                return payloads, self._describe_hang(k, payloads, missing)
+            self._pause()
+
+    def release(self, k: int) -> None:
+        (self.work / f"go{k}").touch()
+
+    # ---- what went wrong, in words
+
+    def _stacks(self, ranks) -> dict[int, str]:
+        """Ask the stuck ranks for their Python stacks (faulthandler, SIGUSR1) and read them from their logs."""
+        if not hasattr(signal, "SIGUSR1"):
+            return {}
+        for r in ranks:
+            with contextlib.suppress(Exception):
+                os.kill(self.procs[r].pid, signal.SIGUSR1)
+        time.sleep(0.3)
+        return {r: self._log(r) for r in ranks}
+
+    def _log(self, r: int) -> str:
+        try:
+            return (self.work / f"rank{r}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _where(self, r: int, log: str, learner_file) -> str:
+        """The learner's innermost line in rank r's last dumped stack, or ''."""
+        dump = log.rsplit("Thread 0x", 1)[-1] if "Thread 0x" in log else log
+        dump = dump.rsplit("Current thread", 1)[-1] if "Current thread" in dump else dump
+        if learner_file:
+            name = re.escape(os.path.abspath(learner_file))
+            hits = re.findall(rf'File "{name}", line (\d+) in (\S+)', dump)
+            if hits:  # faulthandler lists the innermost frame first
+                line, func = hits[0]
+                text = linecache.getline(learner_file, int(line)).strip()
+                return f"{os.path.basename(learner_file)}:{line} in {func}: {text}"
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', dump)
+        frames = [f for f in frames if not f[0].startswith((_TORCH_DIR, os.path.dirname(os.__file__)))
+                  and "grader" + os.sep not in f[0]]
+        if frames:
+            path, line, func = frames[0]
+            return f"{os.path.basename(path)}:{line} in {func}: {linecache.getline(path, int(line)).strip()}"
+        return ""
+
+    def _learner_file(self, k: int):
+        return getattr(self.tasks[k], "path", None)
+
+    def _describe_hang(self, k: int, payloads, missing) -> str:
+        task = self.tasks[k]
+        stacks = self._stacks(missing)
+        lines = [f"the process group hung: rank(s) {missing} did not finish {task.describe()} within "
+                 f"{self.timeout:g} s (real processes on torch.distributed with {self.backend}, "
+                 f"TORCH_DISTRIBUTED_DEBUG=DETAIL):"]
+        for r in range(self.world_size):
+            p = payloads[r]
+            if p is None:
+                where = self._where(r, stacks.get(r, ""), self._learner_file(k))
+                lines.append(f"  rank {r}: still waiting" + (f" at {where}" if where else ""))
+            elif "error" in p:
+                lines.append(f"  rank {r}: raised {_first_line(p['error'])}")
+            else:
+                lines.append(f"  rank {r}: returned")
+        lines += self._hang_hints(payloads)
+        return "\n".join(lines)
+
+    @staticmethod
+    def _hang_hints(payloads) -> list[str]:
+        returned = [r for r, p in enumerate(payloads) if p is not None and "error" not in p]
+        hints = ["A deadlock: every rank still running waits for a message or a collective that never comes. "
+                 "(The simulator names these at once: grade on it for the exact wait of each rank.)"]
+        if returned:
+            hints.append(f"rank(s) {returned} returned while others still wait for them: did a rank skip a send, "
+                         f"recv or collective that its partners make?")
+        return hints
+
+    def _describe_errors(self, k: int, payloads, missing) -> str:
+        errors = [(r, p) for r, p in enumerate(payloads) if p is not None and "error" in p]
+        timeouts = [(r, p) for r, p in errors if _is_timeout(p["error"])]
+        primary = [(r, p) for r, p in errors if not _is_timeout(p["error"]) and not _is_secondary(p["error"])]
+        if not primary and timeouts:  # every error is gloo's own time limit: the group hung
+            stacks = self._stacks(missing) if missing else {}
+            lines = [f"the process group hung: rank(s) {[r for r, _ in timeouts]} gave up waiting after "
+                     f"{self.timeout:g} s (gloo's time limit; TORCH_DISTRIBUTED_DEBUG=DETAIL):"]
+            for r in range(self.world_size):
+                p = payloads[r]
+                if p is None:
+                    where = self._where(r, stacks.get(r, ""), self._learner_file(k))
+                    lines.append(f"  rank {r}: still waiting" + (f" at {where}" if where else ""))
+                elif "error" in p:
+                    lines.append(f"  rank {r}: {_where_raised(p['error'])}")
+                else:
+                    lines.append(f"  rank {r}: returned")
+            return "\n".join(lines + self._hang_hints(payloads))
+        r, p = (primary or errors)[0]
+        text = p["error"]
+        if "Detected mismatch between collectives" in text:
+            text += ("\n(torch.distributed's DETAIL fingerprints: the ranks met in collectives with different ops, "
+                     "shapes or dtypes. Every rank of a group must make the same collective calls in the same "
+                     "order.)")
+        others = []
+        stacks = self._stacks(missing) if missing else {}
+        for q in range(self.world_size):
+            if q == r:
+                continue
+            pq = payloads[q]
+            if pq is None:
+                where = self._where(q, stacks.get(q, ""), self._learner_file(k))
+                others.append(f"rank {q} was stopped" + (f" while waiting at {where}" if where else ""))
+            elif "error" in pq and pq is not p:
+                others.append(f"rank {q} raised {_first_line(pq['error'])}")
+        note = f"(raised on rank {r} of {self.world_size}, a real process on torch.distributed with {self.backend})"
+        return "\n".join([text, note] + (["  " + "; ".join(others)] if others else []))
+
+    def _describe_dead(self, dead, when, payloads=None) -> str:
+        lines = []
+        for r in dead:
+            code = self.procs[r].exitcode
+            tail = _tail(self._log(r))
+            lines.append(f"rank {r} died {when} ({_exit_reason(code)}): the process ended without reporting"
+                         + (f". Its last output:\n{tail}" if tail else ""))
+        if payloads is not None:
+            alive = [r for r in range(self.world_size) if payloads[r] is None and r not in dead]
+            if alive:
+                lines.append(f"rank(s) {alive} were stopped")
+        return "\n".join(lines)
+
+
+class _GroupFailed(Exception):
+    pass
+
+
+def _load(path: Path) -> dict:
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception:  # a rank returned something that is not plain data; the file is our own child's
+        return torch.load(path, weights_only=False)
+
+
+def _is_timeout(text: str) -> bool:
+    return bool(re.search(r"timed out|timeout|Timed out", text)) and "Detected mismatch" not in text
+
+
+def _is_secondary(text: str) -> bool:
+    """An error a rank got because another rank went away (not its own mistake)."""
+    return bool(re.search(r"Connection closed by peer|Connection reset|Broken pipe|ECONNRESET", text))
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+def _where_raised(text: str) -> str:
+    lines = text.splitlines()
+    at = [line.strip() for line in lines if line.strip().startswith("at ")]
+    head = lines[0] if lines else ""
+    head = head if len(head) <= 160 else head[:157] + "..."
+    return f"timed out {at[-1]}" if at and _is_timeout(text) else head + (f" {at[-1]}" if at else "")
+
+
+def _tail(text: str, n: int = 15) -> str:
+    lines = [line for line in text.splitlines() if line.strip() and "FutureWarning" not in line
+             and "return func(*args, **kwargs)" not in line]
+    return "\n".join("    " + line for line in lines[-n:])
+
+
+def run_tasks(tasks, world_size: int, *, backend: str = "gloo", timeout: float = DEFAULT_TIMEOUT,
+              start_method=None) -> list[TaskOutcome]:
+    """Run every task on one group of `world_size` processes (a fresh group after any failure) and return what
+    each gave. Nothing is left running when this returns or raises."""
+    outcomes: list[TaskOutcome | None] = [None] * len(tasks)
+    todo = list(range(len(tasks)))
+    while todo:
+        group = _Group([tasks[i] for i in todo], world_size, backend, timeout, start_method)
+        done_here = 0
+        broken = True  # until every task of the group has been collected
+        try:
+            try:
+                group_started = time.monotonic()
+                startup = group.start()
+            except _GroupFailed as exc:
+                for i in todo:
+                    outcomes[i] = TaskOutcome(tasks[i], world_size, status="error", error=str(exc))
+                return outcomes
+            started = group_started
+            for k, i in enumerate(todo):
+                payloads, problem = group.collect(k)
+                wall = time.monotonic() - started
+                outcome = TaskOutcome(tasks[i], world_size, payloads, wall_s=wall, startup_s=startup if k == 0 else 0)
+                if problem is not None:
+                    errors = [p for p in payloads if p is not None and "error" in p]
+                    outcome.status = ("not_attempted" if errors and all(p["error_type"] == "NotImplementedError"
+                                                                        for p in errors) else "error")
+                    outcome.error = problem if outcome.status == "error" else _first_line(errors[0]["error"])
+                outcomes[i] = outcome
+                done_here += 1
+                if problem is not None and any(p is None for p in payloads):
+                    break  # some rank is stuck or gone: this group is finished
+                group.release(k)
+                started = time.monotonic()
+            else:
+                broken = False
+        finally:
+            group.close(broken)
+        todo = todo[done_here:]
+    return outcomes
+
+
+def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
+        timeout: float = DEFAULT_TIMEOUT, backend: str = "gloo") -> TaskOutcome:
+    """sim.run's twin on real processes: `fn(torch.distributed, *args, *rank_args[rank])` on `world_size` gloo
+    processes. `fn` must be a module-level function (it is pickled by name)."""
+    task = FunctionTask(fn, tuple(args), rank_args, seed, cost or CostModel())
+    return run_tasks([task], world_size, backend=backend, timeout=timeout)[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# From payloads to an Observation, and grading.
+
+
+def observation(payloads, backend: str = "torch"):
+    from .spec import Observation
+
+    ledgers = [p["ledger"] for p in payloads]
+    events = sorted((e for p in payloads for e in p["events"]), key=lambda e: (e["start"], e["rank"], e["stream"],
+                                                                                e["end"]))
+    return Observation([p["result"] for p in payloads], [l["peak"] for l in ledgers], ledgers, events, 0,
+                       backend=backend)
+
+
+def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", world_size: int | None = None,
+                 timeout: float | None = None, start_method=None, outcomes_out: list | None = None) -> list:
+    """Grade the puzzle files of `folder` on real processes: one group per world size, each puzzle in turn."""
+    from .result import ERROR, NOT_ATTEMPTED, PuzzleResult
+    from .runner import TargetError, grade_observation, load_module
+
+    if world_size is not None:  # each puzzle's shards, inputs and budgets are sized for its own world size
+        chosen = [s for s in specs if s.world_size == world_size]
+        if not chosen:
+            sizes = ", ".join(f"{s.id}: {s.world_size}" for s in specs)
+            raise KeyError(f"no puzzle here is written for {world_size} ranks (ranks per puzzle: {sizes}); each "
+                           f"puzzle's sizes and budgets fix its world size")
+        specs = chosen
+    results: dict[str, PuzzleResult] = {}
+    runnable = []
+    for spec in specs:
+        path = folder / spec.filename
+        with spec.run_context():  # load once here too: a file that does not import fails here, with its message
+            try:
+                module = load_module(path)
+            except TargetError as exc:
+                status = NOT_ATTEMPTED if not path.exists() else ERROR
+                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, status, error=str(exc))
+                continue
+        missing = [e for e in spec.entries if not hasattr(module, e)]
+        if missing:
+            results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, ERROR,
+                                            error=f"{spec.filename} defines no {', '.join(missing)}")
+            continue
+        runnable.append(spec)
+    for n in sorted({s.world_size for s in runnable}):
+        group = [s for s in runnable if s.world_size == n]
+        tasks = [PuzzleTask(s.id, str(folder / s.filename), seed) for s in group]
+        limit = timeout or max(s.timeout for s in group)
+        outcomes = run_tasks(tasks, n, backend=dist_backend, timeout=limit, start_method=start_method)
+        for spec, outcome in zip(group, outcomes):
+            if outcomes_out is not None:
+                outcomes_out.append(outcome)
+            if outcome.status == "not_attempted":
+                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED,
+                                                error=f"not attempted ({outcome.error})")
+            elif not outcome.ok:
+                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=outcome.error)
+            else:
+                inputs = spec.make_inputs(seed)
+                results[spec.id] = grade_observation(spec, observation(outcome.payloads), inputs)
+    return [results[s.id] for s in specs]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The simulator and the real backend, side by side: does the simulator mean the same thing?
+
+
+def _walk(a, b, where: str, out: list, rel_tol: float) -> float:
+    """Compare two returned values; append differences to `out`; return the largest relative tensor difference."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
+                or a.dtype != b.dtype:
+            out.append(f"{where}: {_kind(a)} on the simulator, {_kind(b)} on the real backend")
+            return float("inf")
+        if a.numel() == 0:
+            return 0.0
+        a64, b64 = a.detach().double(), b.detach().double()
+        scale = max(1.0, a64.abs().max().item())
+        diff = (a64 - b64).abs().max().item() / scale
+        if diff > rel_tol:
+            out.append(f"{where}: differs by {diff:.3g} (relative)")
+        return diff
+    if isinstance(a, dict) and isinstance(b, dict):
+        worst = 0.0
+        for k in sorted(set(a) | set(b), key=str):
+            worst = max(worst, _walk(a.get(k), b.get(k), f"{where}[{k!r}]", out, rel_tol))
+        return worst
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        worst = 0.0
+        for i, (x, y) in enumerate(zip(a, b)):
+            worst = max(worst, _walk(x, y, f"{where}[{i}]", out, rel_tol))
+        return worst
+    if a != b:
+        out.append(f"{where}: {a!r} on the simulator, {b!r} on the real backend")
+    return 0.0
+
+
+def _kind(x) -> str:
+    return f"tensor {list(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _comm_signature(obs, rank: int) -> list[tuple]:
+    return sorted((e["kind"], e["nbytes"], e["wire_bytes"], e["phase"], tuple(e["peers"]))
+                  for e in obs.events_of(rank, "comm"))
+
+
+@dataclass
+class Comparison:
+    """What differs between a simulator run and a real run of the same answer on the same seed."""
+
+    max_relative_difference: float  # over every tensor every rank returned
+    differences: list[str]  # each in words; empty when the two agree on everything compared
+
+    @property
+    def agree(self) -> bool:
+        return not self.differences
+
+
+def compare(sim_obs, real_obs, rel_tol: float = 1e-10) -> Comparison:
+    """Values and gradients (every tensor returned, to `rel_tol`), plain numbers returned (such as bytes read
+    with probe.memory_now()), peak memory per rank, the bytes alive after every allocation and free (the ledger's
+    timeline, without its times), the communication each rank issued (kind, bytes, wire bytes, phase, peers) and
+    its compute (FLOPs in ticks). Not compared: anything timed (makespan, event times), which only the simulator
+    has."""
+    out: list[str] = []
+    if sim_obs.world_size != real_obs.world_size:
+        return Comparison(float("inf"), [f"{sim_obs.world_size} ranks on the simulator, {real_obs.world_size} real"])
+    worst = 0.0
+    for r in range(sim_obs.world_size):
+        worst = max(worst, _walk(sim_obs.results[r], real_obs.results[r], f"rank {r}: returned", out, rel_tol))
+        if sim_obs.peak_bytes[r] != real_obs.peak_bytes[r]:
+            out.append(f"rank {r}: peak memory {sim_obs.peak_bytes[r]:,} bytes on the simulator, "
+                       f"{real_obs.peak_bytes[r]:,} on the real backend")
+        a = [b for _, b in sim_obs.ledgers[r]["timeline"]]
+        b = [b for _, b in real_obs.ledgers[r]["timeline"]]
+        if a != b:
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            out.append(f"rank {r}: the ledgers part at allocation/free #{first} of {len(a)} (simulator) / {len(b)} "
+                       f"(real)")
+        sa, sb = _comm_signature(sim_obs, r), _comm_signature(real_obs, r)
+        if sa != sb:
+            extra = [x for x in sb if x not in sa][:2]
+            lacking = [x for x in sa if x not in sb][:2]
+            out.append(f"rank {r}: communication differs ({len(sa)} ops on the simulator, {len(sb)} real; "
+                       f"only real: {extra}; only simulated: {lacking})")
+        ca, cb = sim_obs.busy_ticks(r), real_obs.busy_ticks(r)
+        if ca != cb:
+            out.append(f"rank {r}: compute {ca:,} ticks of FLOPs on the simulator, {cb:,} on the real backend")
+    return Comparison(worst, out)
