@@ -35,25 +35,9 @@ COST = CostModel(flops_per_tick=FLOPS_PER_TICK)
 # ---- the serial truth, shared with p2
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Intra-op threads buy nothing at these sizes and, on a busy machine, cost 30x (OpenMP teams spinning)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def serial(x, target, layers, k):
     """Loss, output and gradients of the whole stack, and, for the diagnosis, the gradients an answer gets when it
     backpropagates grad_y into every segment instead of the gradient of that segment's own output."""
-    with one_thread():
-        return _serial(x, target, layers, k)
-
-
-def _serial(x, target, layers, k):
     x0 = x.detach().clone().requires_grad_()
     ws = [(w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_()) for w1, w2 in layers]
     y = forward(x0, ws)
