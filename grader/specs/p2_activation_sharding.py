@@ -11,13 +11,13 @@ import weakref
 
 import torch
 
-from puzzles.model import init_layers, loss_fn, make_batch
+from puzzles.model import loss_fn
 
 from ..probe import memory_now
 from ..result import Budget, Check, fmt
-from ..spec import Observation, PuzzleSpec
-from .p1_checkpointing import (A, B, C, COST, D, H, K, L, W, WORKSPACE, detached, explain_backward_errors,
-                               gradients_check, output_check, peak_check, serial)
+from ..spec import Observation
+from .p1_checkpointing import (A, B, C, K, L, W, WORKSPACE, Checkpointing, detached,
+                               explain_backward_errors, gradients_check, output_check, peak_check)
 
 N = 4
 
@@ -59,23 +59,14 @@ class GatherWatch:
         return {"calls": self.calls, "max_alive": self.max_alive, "max_alive_count": self.max_alive_count}
 
 
-class ActivationSharding(PuzzleSpec):
+class ActivationSharding(Checkpointing):
+    """p1's inputs, reference and launch (and torch.utils.checkpoint is still taken away), on N ranks."""
+
     id, name, title = "p2", "activation_sharding", "Activation sharding"
     entries = ("sharded_forward", "sharded_backward")
     world_size = N
-    cost = COST
     hints = ("Keep `c.chunk(N)[rank].clone()` of each checkpoint; in backward, all_gather_into_tensor it into a "
              "fresh [B, d] buffer right before recomputing its segment, and drop the buffer after.",)
-
-    def make_inputs(self, seed):
-        x, target = make_batch(B, D, seed)
-        return {"x": x, "target": target, "layers": init_layers(L, D, H, seed + 1), "k": K}
-
-    def reference(self, inputs):
-        return serial(inputs["x"], inputs["target"], inputs["layers"], inputs["k"])
-
-    def launch(self, inputs):
-        return (inputs["x"], inputs["target"], inputs["layers"], inputs["k"]), None
 
     def program(self, module):
         fwd, bwd = module.sharded_forward, module.sharded_backward
