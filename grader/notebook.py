@@ -52,11 +52,11 @@ from puzzles import sim
 
 def hello(dist):
     rank = dist.get_rank()
-    t = torch.full((4,), float(rank), dtype=torch.float64)
+    t = torch.full((4,), 10.0 * (rank + 1), dtype=torch.float64)
     if rank == 0:
         dist.send(t, dst=1)          # blocks until rank 1 posts the matching recv
     else:
-        dist.recv(t, src=0)          # t now holds rank 0's values
+        dist.recv(t, src=0)          # t now holds rank 0's values: 10s, not 20s
     total = torch.tensor([rank + 1.0], dtype=torch.float64)
     dist.all_reduce(total)           # in place: every rank ends with 1 + 2 = 3
     x = torch.randn(32, 64, dtype=torch.float64)
