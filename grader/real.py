@@ -14,7 +14,12 @@ What each process measures, with the same definitions as the simulator (puzzles/
   same way (a private copy, charged as "input placed on the rank"). So peak memory is the same figure.
 - **communication**: c10d's collectives are dispatcher ops (`c10d.allreduce_`, `c10d._allgather_base_`,
   `c10d.send`, ...), so the same mode sees each one, with its bytes, its group and whether autograd's backward
-  issued it: the counts and volumes that the specs check.
+  issued it: the counts and volumes that the specs check. A blocking op goes to the backend on private copies of
+  the learner's tensors (see `_through_private_buffers`: otherwise gloo's worker thread decides when a tensor
+  leaves the ledger, and peaks change from run to run).
+- **errors**: TORCH_DISTRIBUTED_DEBUG=DETAIL, so collectives that do not match across ranks fail with PyTorch's
+  own fingerprints instead of hanging; each rank's error comes back with the learner's line; a rank blocked in a
+  communication says which (kind, peer, line) when the backend's time limit fires.
 - **compute**: FLOPs per op by the simulator's formulas, laid end to end in ticks: a rank's compute stream
   without the waits. FLOP counts are exact on real processes; the *timeline* is not.
 
@@ -135,6 +140,86 @@ def _process_group_of(args):
     return None
 
 
+def _blocking(func, args, kwargs) -> bool:
+    """Whether the caller waits for this op before going on: async_op=False, or dist.send / dist.recv (the same
+    c10d op serves isend and irecv, so the Python caller decides)."""
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == "async_op":
+            value = args[i] if i < len(args) else kwargs.get("async_op", a.default_value)
+            return not value
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_DIST_DIR) and frame.f_code.co_name in ("send", "recv"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _through_private_buffers(func, args, kwargs, writes: bool = True):
+    """Run a blocking c10d op on private copies of its tensors, then copy the result into the learner's.
+
+    Why: the backend's work object holds the tensors it was given, and gloo's worker thread drops its reference a
+    moment after wait() returns, racing the learner's thread. A tensor the learner lets go right after a
+    collective would then leave the ledger sometimes at once, sometimes a few ops later: peaks that change from
+    run to run. The simulator's collectives hold nothing once done; with private copies (off the ledger, as the
+    backend's own buffers are) the learner's tensors are freed exactly when the learner drops them, on every run.
+    Values are untouched: the same bytes go through the same gloo collective."""
+    tensors = [t for a in args for t in _flat_tensors(a)]
+    if _done_work is None or not tensors or not all(t.is_contiguous() for t in tensors):
+        return func(*args, **kwargs)  # let the backend see (and judge) the learner's own tensors
+    copies: dict = {}  # id(learner tensor) -> (learner tensor, private copy)
+    out = func(*[_swap(a, copies) for a in args], **kwargs)
+    work = out[-1] if isinstance(out, (tuple, list)) else out
+    work.wait()
+    for t in _flat_tensors(args[0]) if writes else ():  # the op writes into its first argument
+        learner, copy = copies[id(t)]
+        learner.data.copy_(copy)  # .data: a backend write bumps no autograd version counter; neither does this
+    back = {id(copy): learner for learner, copy in copies.values()}
+    # The caller will wait() on what the op returns: hand it a finished work (gloo's recv work cannot be waited
+    # for twice), and let gloo's own work, with the private copies, go.
+    if isinstance(out, (tuple, list)):
+        return type(out)((*_unswap(tuple(out[:-1]), back), _done_work()))
+    return _done_work()
+
+
+def _done_work():
+    future = torch.futures.Future()
+    future.set_result(None)
+    return _create_work_from_future(future).boxed()  # a dispatcher op returns the TorchScript form
+
+
+try:
+    from torch._C._distributed_c10d import _create_work_from_future
+except ImportError:  # a torch without it: blocking ops then go straight to the backend
+    _done_work = None  # noqa: F811
+
+
+def _swap(a, copies: dict):
+    if isinstance(a, torch.Tensor):
+        if id(a) not in copies:
+            copies[id(a)] = (a, a.detach().clone())
+        return copies[id(a)][1]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_swap(v, copies) for v in a)
+    return a
+
+
+def _unswap(o, back: dict):
+    if isinstance(o, torch.Tensor):
+        return back.get(id(o), o)
+    if isinstance(o, (list, tuple)):
+        return type(o)(_unswap(v, back) for v in o)
+    return o
+
+
+def _flat_tensors(a) -> list:
+    if isinstance(a, torch.Tensor):
+        return [a]
+    if isinstance(a, (list, tuple)):
+        return [t for v in a for t in _flat_tensors(v)]
+    return []
+
+
 def _in_runtime() -> bool:
     """True when the op was called from torch.distributed's own Python code (the 1-element tensor gloo's barrier
     makes, the buffers of object collectives): the runtime's memory, which the simulator does not charge either."""
@@ -150,16 +235,17 @@ class ProcessTracker(TorchDispatchMode):
     The ledger and storage tracker are the simulator's own classes; `place` copies the harness's inputs onto the
     rank as sim.run does. The ledger's clock is the FLOP clock (compute ticks laid end to end)."""
 
-    def __init__(self, rank: int, cost: CostModel, library_files=(), device=None):
+    def __init__(self, rank: int, cost: CostModel, library_files=(), device=None, harness_files=()):
         super().__init__()
         self.rank, self.cost, self.device = rank, cost, device
         self.clock = RankClock()
         self.ledger = Ledger(rank, lambda: self.clock.compute)
         self.storage = StorageTracker({rank: self.ledger})
-        self.sites = SiteFinder([*library_files, __file__])
+        self.sites = SiteFinder([*library_files, __file__], harness_files)
         self.labels: list[str] = []
         self.untracked = False
         self.flops = 0
+        self.waiting = None  # the communication op this rank is blocked in, if any
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:  # as the simulator's mode: nothing is compiled on a graded rank
@@ -239,26 +325,33 @@ class ProcessTracker(TorchDispatchMode):
     def _communicate(self, func, args, kwargs):
         name = func._schema.name.split("::")[-1]
         kind, which = COMM_OPS.get(name, (name, None))
-        phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
-        site = self.sites.here()
-        label = self.labels[-1] if self.labels else ""
-        out = func(*args, **kwargs)
         pg = _process_group_of(args)
         try:
             ranks = tuple(dist.get_process_group_ranks(pg)) if pg is not None else tuple(range(dist.get_world_size()))
         except Exception:  # a group this process does not know by that object
             ranks = tuple(range(dist.get_world_size()))
-        nbytes = _nbytes(args[which]) if which is not None else 0
+        peer = None
         if kind == "send":
-            peers = (self.rank, ranks[args[2]])
+            peer = ranks[args[2]]
+            peers = (self.rank, peer)
         elif kind == "recv":
-            peers = (ranks[args[2]] if name == "recv_" else -1, self.rank)
+            peer = ranks[args[2]] if name == "recv_" else None
+            peers = (-1 if peer is None else peer, self.rank)
         else:
             peers = ranks
+        site = self.sites.here()
+        self.waiting = {"kind": kind, "peer": peer, "site": site}  # what this rank waits in, should it hang
+        if name != "recv_any_source_" and _blocking(func, args, kwargs):
+            out = _through_private_buffers(func, args, kwargs, writes=kind not in ("send", "barrier"))
+        else:
+            out = func(*args, **kwargs)
+        self.waiting = None
+        nbytes = _nbytes(args[which]) if which is not None else 0
         tick = self.clock.compute
         self.clock.events.append(Event(self.rank, "comm", kind, tick, tick, nbytes=nbytes,
-                                       wire_bytes=self.cost.wire_bytes(kind, nbytes, len(ranks)), phase=phase,
-                                       peers=peers, site=site, label=label))
+                                       wire_bytes=self.cost.wire_bytes(kind, nbytes, len(ranks)),
+                                       phase="backward" if torch._C._current_autograd_node() is not None else "forward",
+                                       peers=peers, site=site, label=self.labels[-1] if self.labels else ""))
         return out
 
 
@@ -287,6 +380,13 @@ class PuzzleTask:
             args, rank_args = spec.launch(inputs)
             per_rank = tuple(rank_args[rank]) if rank_args is not None else ()
             yield spec.program(module), (*args, *per_rank), spec.cost, self.path
+
+    @property
+    def harness_files(self) -> tuple:
+        """The grader's own files: allocations there are marked [harness], as on the simulator."""
+        from .runner import HARNESS_FILES
+
+        return HARNESS_FILES
 
     def describe(self) -> str:
         return f"{self.puzzle} ({os.path.basename(self.path)})"
@@ -331,6 +431,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
     """Run one task on this process's rank, under the tracker. Never raises: an error comes back as data."""
     started = time.perf_counter()
     learner_file = getattr(task, "path", None)
+    tracker = None
     try:
         with task.prepared(rank, world_size) as (fn, args, cost, learner_file):
             # As sim.run: rank r's random numbers are the simulator's rank r stream, one intra-op thread, and
@@ -338,7 +439,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
             torch.manual_seed((task.seed * 65_537 + rank) % (2**63))
             gc_was_enabled = gc.isenabled()
             gc.disable()
-            tracker = ProcessTracker(rank, cost, [model.__file__], device)
+            tracker = ProcessTracker(rank, cost, [model.__file__], device, getattr(task, "harness_files", ()))
             probe.install_process_tracker(lambda: tracker.ledger.current)
             default_device = torch.get_default_device() if device is not None else None
             try:
@@ -362,7 +463,8 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
         from .runner import describe_exception
 
         return {"rank": rank, "error": describe_exception(exc, learner_file), "error_type": type(exc).__name__,
-                "traceback": traceback.format_exc(limit=-12), "run_s": time.perf_counter() - started}
+                "traceback": traceback.format_exc(limit=-12), "run_s": time.perf_counter() - started,
+                "waiting": tracker.waiting if tracker is not None else None}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -407,7 +509,7 @@ def _wait_for(path: Path) -> None:
 
 
 def _child_main(rank: int, world_size: int, host: str, port: int, tasks: list, workdir: str, backend: str,
-                timeout: float) -> None:
+                timeout: float, detail: bool = True) -> None:
     work = Path(workdir)
     log = open(work / f"rank{rank}.log", "w", buffering=1)
     os.dup2(log.fileno(), 1)
@@ -417,7 +519,8 @@ def _child_main(rank: int, world_size: int, host: str, port: int, tasks: list, w
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     code = 0
     try:
-        enable_debug_detail()
+        if detail:
+            enable_debug_detail()
         torch.set_num_threads(1)
         device = device_for(backend, rank)
         store = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=STARTUP_TIMEOUT))
@@ -456,6 +559,7 @@ class TaskOutcome:
     error: str = ""
     wall_s: float = 0.0  # from the task's start (the group's, for the first) to its last rank's report
     startup_s: float = 0.0  # the group's start (processes, imports, store) when this task was the group's first
+    pids: list = field(default_factory=list)  # the group's processes (all gone by the time this is returned)
 
     @property
     def ok(self) -> bool:
@@ -476,8 +580,9 @@ def _context(method: str):
 
     ctx = mp.get_context(method)
     if method == "forkserver":
-        # The server imports torch and the grader once; every later group forks from it in milliseconds.
-        ctx.set_forkserver_preload(["grader.real", "grader.runner"])
+        # The server imports torch and the grader once; every later group forks from it in milliseconds. Autograd
+        # imports symbolic_shapes (and sympy: half a second) on a process's first backward: do that once too.
+        ctx.set_forkserver_preload(["grader.real", "grader.runner", "torch.fx.experimental.symbolic_shapes"])
     return ctx
 
 
@@ -495,8 +600,9 @@ def _exit_reason(code) -> str:
 class _Group:
     """N processes running a list of tasks; always closed (every process gone, the folder removed)."""
 
-    def __init__(self, tasks, world_size: int, backend: str, timeout: float, start_method=None):
+    def __init__(self, tasks, world_size: int, backend: str, timeout: float, start_method=None, detail=True):
         self.tasks, self.world_size, self.backend, self.timeout = tasks, world_size, backend, timeout
+        self.detail = detail
         self.work = Path(tempfile.mkdtemp(prefix="grader-real-"))
         self.procs = []
         self.store = None
@@ -512,7 +618,7 @@ class _Group:
         for r in range(self.world_size):
             p = ctx.Process(target=_child_main, name=f"grader-rank-{r}",
                             args=(r, self.world_size, "127.0.0.1", self.store.port, self.tasks, str(self.work),
-                                  self.backend, self.timeout), daemon=True)
+                                  self.backend, self.timeout, self.detail), daemon=True)
             p.start()
             self.procs.append(p)
         deadline = started + STARTUP_TIMEOUT
@@ -624,71 +730,17 @@ class _Group:
     def _learner_file(self, k: int):
         return getattr(self.tasks[k], "path", None)
 
-    def _describe_hang(self, k: int, payloads, missing) -> str:
-        task = self.tasks[k]
-        stacks = self._stacks(missing)
-        lines = [f"the process group hung: rank(s) {missing} did not finish {task.describe()} within "
-                 f"{self.timeout:g} s (real processes on torch.distributed with {self.backend}, "
-                 f"TORCH_DISTRIBUTED_DEBUG=DETAIL):"]
-        for r in range(self.world_size):
-            p = payloads[r]
-            if p is None:
-                where = self._where(r, stacks.get(r, ""), self._learner_file(k))
-                lines.append(f"  rank {r}: still waiting" + (f" at {where}" if where else ""))
-            elif "error" in p:
-                lines.append(f"  rank {r}: raised {_first_line(p['error'])}")
-            else:
-                lines.append(f"  rank {r}: returned")
-        lines += self._hang_hints(payloads)
-        return "\n".join(lines)
+    def _positions(self, k: int, missing) -> dict[int, str]:
+        stacks = self._stacks(missing) if missing else {}
+        return {r: self._where(r, stacks.get(r, ""), self._learner_file(k)) for r in missing}
 
-    @staticmethod
-    def _hang_hints(payloads) -> list[str]:
-        returned = [r for r, p in enumerate(payloads) if p is not None and "error" not in p]
-        hints = ["A deadlock: every rank still running waits for a message or a collective that never comes. "
-                 "(The simulator names these at once: grade on it for the exact wait of each rank.)"]
-        if returned:
-            hints.append(f"rank(s) {returned} returned while others still wait for them: did a rank skip a send, "
-                         f"recv or collective that its partners make?")
-        return hints
+    def _describe_hang(self, k: int, payloads, missing) -> str:
+        return describe_hang(self.tasks[k].describe(), payloads, self.backend, self.timeout,
+                             self._positions(k, missing))
 
     def _describe_errors(self, k: int, payloads, missing) -> str:
-        errors = [(r, p) for r, p in enumerate(payloads) if p is not None and "error" in p]
-        timeouts = [(r, p) for r, p in errors if _is_timeout(p["error"])]
-        primary = [(r, p) for r, p in errors if not _is_timeout(p["error"]) and not _is_secondary(p["error"])]
-        if not primary and timeouts:  # every error is gloo's own time limit: the group hung
-            stacks = self._stacks(missing) if missing else {}
-            lines = [f"the process group hung: rank(s) {[r for r, _ in timeouts]} gave up waiting after "
-                     f"{self.timeout:g} s (gloo's time limit; TORCH_DISTRIBUTED_DEBUG=DETAIL):"]
-            for r in range(self.world_size):
-                p = payloads[r]
-                if p is None:
-                    where = self._where(r, stacks.get(r, ""), self._learner_file(k))
-                    lines.append(f"  rank {r}: still waiting" + (f" at {where}" if where else ""))
-                elif "error" in p:
-                    lines.append(f"  rank {r}: {_where_raised(p['error'])}")
-                else:
-                    lines.append(f"  rank {r}: returned")
-            return "\n".join(lines + self._hang_hints(payloads))
-        r, p = (primary or errors)[0]
-        text = p["error"]
-        if "Detected mismatch between collectives" in text:
-            text += ("\n(torch.distributed's DETAIL fingerprints: the ranks met in collectives with different ops, "
-                     "shapes or dtypes. Every rank of a group must make the same collective calls in the same "
-                     "order.)")
-        others = []
-        stacks = self._stacks(missing) if missing else {}
-        for q in range(self.world_size):
-            if q == r:
-                continue
-            pq = payloads[q]
-            if pq is None:
-                where = self._where(q, stacks.get(q, ""), self._learner_file(k))
-                others.append(f"rank {q} was stopped" + (f" while waiting at {where}" if where else ""))
-            elif "error" in pq and pq is not p:
-                others.append(f"rank {q} raised {_first_line(pq['error'])}")
-        note = f"(raised on rank {r} of {self.world_size}, a real process on torch.distributed with {self.backend})"
-        return "\n".join([text, note] + (["  " + "; ".join(others)] if others else []))
+        return describe_errors(self.tasks[k].describe(), payloads, self.backend, self.timeout,
+                               self._positions(k, missing))
 
     def _describe_dead(self, dead, when, payloads=None) -> str:
         lines = []
@@ -708,6 +760,88 @@ class _GroupFailed(Exception):
     pass
 
 
+# --------------------------------------------------------------------------------------------------------------
+# What went wrong in a group, in words (shared by the multiprocessing launcher and torchrun's launch.py).
+
+
+def _states(payloads, positions: dict) -> list[str]:
+    """One line per rank: returned, raised (where), gave up waiting (for what, where), or still running (where)."""
+    lines, seen = [], {}
+    for r, p in enumerate(payloads):
+        if p is None:
+            where = positions.get(r, "")
+            lines.append(f"  rank {r}: still running" + (f", at {where}" if where else ""))
+        elif "error" not in p:
+            lines.append(f"  rank {r}: returned")
+        elif p.get("waiting") and _is_timeout(p["error"]):
+            lines.append(f"  rank {r}: gave up waiting (a deadlock?) in {_waiting_text(p['waiting'])}")
+        else:
+            head = _first_line(p["error"])
+            if head in seen:
+                lines.append(f"  rank {r}: raised the same error as rank {seen[head]}")
+            else:
+                seen[head] = r
+                short = head if len(head) <= 200 else head[:197] + "..."
+                lines.append(f"  rank {r}: raised {short}" + _at(p["error"]))
+    return lines
+
+
+def _hang_hints(payloads) -> list[str]:
+    hints = []
+    waits = {r: p["waiting"] for r, p in enumerate(payloads) if p is not None and p.get("waiting")}
+    for a, wa in waits.items():
+        for b, wb in waits.items():
+            if a < b and wa["kind"] == wb["kind"] == "send" and wa["peer"] == b and wb["peer"] == a:
+                hints.append(f"ranks {a} and {b} both send first: a blocking send waits for the matching "
+                             f"recv, so one side must receive first (or use isend/irecv, or batch_isend_irecv).")
+    running = [r for r, p in enumerate(payloads) if p is None]
+    if running:
+        hints.append(f"rank(s) {running} never reached a communication that would let the others go on: an "
+                     f"endless loop, or more work than the time limit allows (--timeout)?")
+    returned = [r for r, p in enumerate(payloads) if p is not None and "error" not in p]
+    if returned:
+        hints.append(f"rank(s) {returned} returned while others still wait for them: did a rank skip a send, "
+                     f"recv or collective that its partners make?")
+    hints.append("(The simulator reports a deadlock as soon as it happens, naming what each rank waits for: "
+                 "grade without --backend to see it there.)")
+    return hints
+
+
+def describe_hang(what: str, payloads, backend: str, timeout: float, positions=None) -> str:
+    head = (f"the process group hung: {what} did not finish within {timeout:g} s on {len(payloads)} real "
+            f"processes ({backend}, TORCH_DISTRIBUTED_DEBUG=DETAIL):")
+    return "\n".join([head] + _states(payloads, positions or {}) + _hang_hints(payloads))
+
+
+def describe_errors(what: str, payloads, backend: str, timeout: float, positions=None) -> str:
+    """The first rank's own error (not a time limit, not a peer gone), with what each other rank was doing; or,
+    when every error is a time limit, the hang."""
+    errors = [(r, p) for r, p in enumerate(payloads) if p is not None and "error" in p]
+    primary = [(r, p) for r, p in errors if not _is_timeout(p["error"]) and not _is_secondary(p["error"])]
+    if not primary:  # every error is a time limit (gloo's own, or DETAIL's monitored barrier): a hang
+        return describe_hang(what, payloads, backend, timeout, positions)
+    r, p = primary[0]
+    text = p["error"]
+    if "Detected mismatch between collectives" in text:
+        text += ("\n(torch.distributed's DETAIL fingerprints: the ranks met in collectives with different ops, "
+                 "shapes or dtypes. Every rank of a group must make the same collective calls, with tensors of "
+                 "the same shape and dtype, in the same order.)")
+    others = [line for line in _states(payloads, positions or {}) if not line.startswith(f"  rank {r}:")]
+    note = (f"(raised on rank {r} of {len(payloads)}, a real process on torch.distributed with "
+            f"{backend}{'; the other ranks:' if others else ''})")
+    return "\n".join([text, note] + others)
+
+
+def classify(payloads) -> str:
+    """'ok', 'not_attempted' (every error is the stub's NotImplementedError) or 'error'."""
+    errors = [p for p in payloads if p is None or "error" in p]
+    if not errors:
+        return "ok"
+    if all(p is not None and p["error_type"] == "NotImplementedError" for p in errors):
+        return "not_attempted"
+    return "error"
+
+
 def _load(path: Path) -> dict:
     try:
         return torch.load(path, weights_only=True)
@@ -716,7 +850,9 @@ def _load(path: Path) -> dict:
 
 
 def _is_timeout(text: str) -> bool:
-    return bool(re.search(r"timed out|timeout|Timed out", text)) and "Detected mismatch" not in text
+    """gloo's own time limit, or DETAIL's monitored barrier that some ranks never reached."""
+    return (bool(re.search(r"[Tt]imed out|timeout|failed to pass monitoredBarrier", text))
+            and "Detected mismatch" not in text)
 
 
 def _is_secondary(text: str) -> bool:
@@ -728,12 +864,15 @@ def _first_line(text: str) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def _where_raised(text: str) -> str:
-    lines = text.splitlines()
-    at = [line.strip() for line in lines if line.strip().startswith("at ")]
-    head = lines[0] if lines else ""
-    head = head if len(head) <= 160 else head[:157] + "..."
-    return f"timed out {at[-1]}" if at and _is_timeout(text) else head + (f" {at[-1]}" if at else "")
+def _at(text: str) -> str:
+    """' at p3.py:18 in step: dist.all_reduce(g)': the learner's innermost line in a described exception."""
+    at = [line.strip() for line in text.splitlines() if line.strip().startswith("at ")]
+    return f" {at[-1]}" if at else ""
+
+
+def _waiting_text(w: dict) -> str:
+    peer = f" {'to' if w['kind'] == 'send' else 'from'} rank {w['peer']}" if w.get("peer") is not None else ""
+    return f"{w['kind']}{peer} at {w['site']}"
 
 
 def _tail(text: str, n: int = 15) -> str:
@@ -743,13 +882,14 @@ def _tail(text: str, n: int = 15) -> str:
 
 
 def run_tasks(tasks, world_size: int, *, backend: str = "gloo", timeout: float = DEFAULT_TIMEOUT,
-              start_method=None) -> list[TaskOutcome]:
+              start_method=None, detail: bool = True) -> list[TaskOutcome]:
     """Run every task on one group of `world_size` processes (a fresh group after any failure) and return what
-    each gave. Nothing is left running when this returns or raises."""
+    each gave. Nothing is left running when this returns or raises. `detail`: TORCH_DISTRIBUTED_DEBUG=DETAIL
+    (collective fingerprints checked across ranks; about twice the time of a collective-heavy puzzle)."""
     outcomes: list[TaskOutcome | None] = [None] * len(tasks)
     todo = list(range(len(tasks)))
     while todo:
-        group = _Group([tasks[i] for i in todo], world_size, backend, timeout, start_method)
+        group = _Group([tasks[i] for i in todo], world_size, backend, timeout, start_method, detail)
         done_here = 0
         broken = True  # until every task of the group has been collected
         try:
@@ -764,12 +904,14 @@ def run_tasks(tasks, world_size: int, *, backend: str = "gloo", timeout: float =
             for k, i in enumerate(todo):
                 payloads, problem = group.collect(k)
                 wall = time.monotonic() - started
-                outcome = TaskOutcome(tasks[i], world_size, payloads, wall_s=wall, startup_s=startup if k == 0 else 0)
+                outcome = TaskOutcome(tasks[i], world_size, payloads, wall_s=wall, startup_s=startup if k == 0 else 0,
+                                      pids=[p.pid for p in group.procs])
                 if problem is not None:
-                    errors = [p for p in payloads if p is not None and "error" in p]
-                    outcome.status = ("not_attempted" if errors and all(p["error_type"] == "NotImplementedError"
-                                                                        for p in errors) else "error")
-                    outcome.error = problem if outcome.status == "error" else _first_line(errors[0]["error"])
+                    outcome.status = classify(payloads)
+                    if outcome.status == "ok":  # a rank died or hung although the others all returned
+                        outcome.status = "error"
+                    outcome.error = problem if outcome.status == "error" else _first_line(
+                        next(p["error"] for p in payloads if p is not None and "error" in p))
                 outcomes[i] = outcome
                 done_here += 1
                 if problem is not None and any(p is None for p in payloads):
@@ -893,6 +1035,12 @@ def _kind(x) -> str:
     return f"tensor {list(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
+def _peak_sites(ledger: dict) -> list[tuple]:
+    placed = ("input placed on the rank by sim.run", PLACED_SITE)
+    return sorted(("input placed on the rank" if e["site"] in placed else e["site"], e["bytes"], e["count"])
+                  for e in ledger["peak_by_line"])
+
+
 def _comm_signature(obs, rank: int) -> list[tuple]:
     return sorted((e["kind"], e["nbytes"], e["wire_bytes"], e["phase"], tuple(e["peers"]))
                   for e in obs.events_of(rank, "comm"))
@@ -912,8 +1060,8 @@ class Comparison:
 
 def compare(sim_obs, real_obs, rel_tol: float = 1e-10) -> Comparison:
     """Values and gradients (every tensor returned, to `rel_tol`), plain numbers returned (such as bytes read
-    with probe.memory_now()), peak memory per rank, the bytes alive after every allocation and free (the ledger's
-    timeline, without its times), the communication each rank issued (kind, bytes, wire bytes, phase, peers) and
+    with probe.memory_now()), peak memory per rank and what was alive at the peak (by source line), the bytes
+    alive after every allocation and free (the ledger's timeline, without its times), the communication each rank issued (kind, bytes, wire bytes, phase, peers) and
     its compute (FLOPs in ticks). Not compared: anything timed (makespan, event times), which only the simulator
     has."""
     out: list[str] = []
@@ -931,6 +1079,11 @@ def compare(sim_obs, real_obs, rel_tol: float = 1e-10) -> Comparison:
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             out.append(f"rank {r}: the ledgers part at allocation/free #{first} of {len(a)} (simulator) / {len(b)} "
                        f"(real)")
+        pa, pb = _peak_sites(sim_obs.ledgers[r]), _peak_sites(real_obs.ledgers[r])
+        if pa != pb:
+            only = sorted(set(pb) - set(pa))[:2], sorted(set(pa) - set(pb))[:2]
+            out.append(f"rank {r}: what was alive at the peak differs (only real: {only[0]}; only simulated: "
+                       f"{only[1]})")
         sa, sb = _comm_signature(sim_obs, r), _comm_signature(real_obs, r)
         if sa != sb:
             extra = [x for x in sb if x not in sa][:2]
