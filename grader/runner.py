@@ -76,14 +76,6 @@ def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
     return Observation.from_sim(result)
 
 
-# Checks that only the simulated clock can make, for specs that do not list them in `simulator_only` yet.
-SIMULATOR_ONLY = {"p5": ("bubble",), "p6": ("bubble",), "p7": ("makespan",)}
-
-
-def simulator_only_names(spec: PuzzleSpec) -> set[str]:
-    return set(spec.simulator_only) | set(SIMULATOR_ONLY.get(spec.id, ()))
-
-
 def as_simulator_only(check: Check) -> Check:
     """A clock-based check on a real backend: reported, not failed, not dropped."""
     what = f" (budget {check.budget.describe()})" if check.budget else ""
@@ -96,8 +88,7 @@ def grade_observation(spec: PuzzleSpec, obs: Observation, inputs: dict) -> Puzzl
     with one_thread():
         checks = spec.check(obs, spec.reference(inputs), inputs)
     if obs.backend != "sim":
-        names = simulator_only_names(spec)
-        checks = [as_simulator_only(c) if c.simulator_only or c.name in names else c for c in checks]
+        checks = [as_simulator_only(c) if c.simulator_only or c.name in spec.simulator_only else c for c in checks]
     return PuzzleResult(spec.id, spec.name, spec.title, status_of(checks), checks, list(obs.peak_bytes),
                         obs.makespan, figures=figures_of(spec, obs, inputs))
 

@@ -110,7 +110,7 @@ def test_naive_answers_tell_the_same_story_on_the_simulator_and_on_gloo(naive):
 
 def test_clock_checks_are_reported_as_simulator_only(references, naive):
     for spec, result, sim_result, *_ in references + naive:
-        names = runner.simulator_only_names(spec)
+        names = set(spec.simulator_only)
         for c in result.checks:
             assert c.simulator_only == (c.name in names), f"{spec.id} {c.name}"
             if c.simulator_only:
@@ -119,6 +119,8 @@ def test_clock_checks_are_reported_as_simulator_only(references, naive):
     # p7's naive answer (synchronous all-reduces) fails only the makespan: a check real processes cannot make.
     p7 = next(r for s, r, *_ in naive if s.id == "p7")
     assert p7.status == PASS and [c.name for c in p7.checks if c.simulator_only] == ["makespan"]
+    clock_based = {s.id: s.simulator_only for s, *_ in references if s.simulator_only}
+    assert clock_based == {"p5": ("bubble",), "p6": ("bubble",), "p7": ("makespan",)}
 
 
 def test_deadlocks_are_reported_not_hung():

@@ -46,6 +46,7 @@ class PipelineSpec(PuzzleSpec):
     world_size = P
     cost = COST
     schedule = "GPipe"
+    simulator_only = ("bubble",)  # idle time on the simulated clock
 
     def make_inputs(self, seed):
         x, target = make_batch(B, D, seed)

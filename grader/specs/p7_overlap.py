@@ -42,6 +42,7 @@ class Overlap(DataParallel):
     id, name, title = "p7", "overlap", "Comm/compute overlap"
     entries = ("overlapped_step",)
     cost = COST
+    simulator_only = ("makespan",)  # the simulated clock's makespan
     hints = ("Launch each gradient's all-reduce with async_op=True from inside backward "
              "(w.register_post_accumulate_grad_hook), keep the handles, and wait for them all after backward.",)
 
