@@ -33,6 +33,11 @@ def cmd_check(args) -> int:
         print(report.to_json(results, str(args.target), seed, figures=args.figures))
     else:
         print(report.console(results, str(args.target), seed, verbose=args.verbose, backend=on))
+    if args.plots:
+        from . import plots
+
+        written = [p for r in results if r.figures for p in plots.write_plots(r, args.plots)]
+        print(f"wrote {len(written)} plots to {args.plots}", file=sys.stderr)
     return 1 if any(r.status in (FAIL, ERROR) for r in results) else 0
 
 
@@ -90,6 +95,7 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     check.add_argument("--figures", action="store_true", help="with --json: include the data behind the plots")
     check.add_argument("--verbose", "-v", action="store_true", help="show passing checks too")
+    check.add_argument("--plots", metavar="DIR", help="write each puzzle's memory and schedule plots here (PNG)")
     check.add_argument("--backend", choices=("sim", "torch"), default="sim",
                        help="sim: the simulator (default); torch: real processes on torch.distributed, one per rank")
     check.add_argument("--world-size", type=int, help="with --backend torch: grade only the puzzles written for "

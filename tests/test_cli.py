@@ -54,3 +54,11 @@ def test_unknown_target_or_puzzle_is_a_usage_error(capsys):
     assert "no such target" in capsys.readouterr().err
     assert cli.main(["check", "solutions", "-p", "p99"]) == 2
     assert "unknown puzzle" in capsys.readouterr().err
+
+
+def test_plots_option_writes_the_pngs(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["check", "solutions", "-p", "p7", "--seed", "2", "--plots", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["p7_memory.png", "p7_schedule.png"], names
+    assert all((tmp_path / n).read_bytes()[:4] == b"\x89PNG" for n in names)
