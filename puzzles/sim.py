@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from .sim_clock import CostModel, Event, RankClock, op_flops
+from .sim_clock import CostModel, Event, RankClock, op_flops, record_function_ops
 from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame
 
 __all__ = [
@@ -331,20 +331,7 @@ class _P2P:
 # The dispatch mode: every op a rank runs passes through here.
 
 
-def _profiler_ops():
-    enter, exit_ = set(), set()
-    prof = getattr(torch.ops, "profiler", None)
-    for name, bucket in (("_record_function_enter_new", enter), ("_record_function_enter", enter),
-                         ("_record_function_exit", exit_)):
-        try:
-            packet = getattr(prof, name)
-            bucket.update(getattr(packet, o) for o in packet.overloads())
-        except Exception:  # an older or newer torch without that op
-            pass
-    return enter, exit_
-
-
-_RECORD_ENTER, _RECORD_EXIT = _profiler_ops()
+_RECORD_ENTER, _RECORD_EXIT = record_function_ops()
 # torch.tensor([...]) builds its tensor outside the dispatcher, then hands it to lift_fresh: that input is new
 # memory of the calling rank, not a tensor from elsewhere.
 _LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in

@@ -99,6 +99,21 @@ def _ceil(x: Fraction) -> int:
     return math.ceil(x)
 
 
+def record_function_ops() -> tuple[set, set]:
+    """The aten-level ops that `torch.profiler.record_function` enters and exits with, so that a dispatch mode can
+    keep the stack of labels ("F3", "recompute") that events carry."""
+    enter, exit_ = set(), set()
+    prof = getattr(torch.ops, "profiler", None)
+    for name, bucket in (("_record_function_enter_new", enter), ("_record_function_enter", enter),
+                         ("_record_function_exit", exit_)):
+        try:
+            packet = getattr(prof, name)
+            bucket.update(getattr(packet, o) for o in packet.overloads())
+        except Exception:  # an older or newer torch without that op
+            pass
+    return enter, exit_
+
+
 _FORMULAS: dict = {}
 
 

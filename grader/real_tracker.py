@@ -1,0 +1,291 @@
+"""The tracker each real process runs: the simulator's memory ledger and FLOP count, and the communication
+it sees (c10d's collectives are dispatcher ops), so that real processes are measured like simulated ranks.
+See real.py for the whole picture."""
+
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from puzzles.sim_clock import CostModel, Event, RankClock, op_flops, record_function_ops
+from puzzles.sim_memory import Ledger, SiteFinder, StorageTracker
+
+
+PLACED_SITE = "input placed on the rank by the launcher"
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DIST_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
+_DISPATCH_FILES = {os.path.join(_TORCH_DIR, "_ops.py"), os.path.join(_TORCH_DIR, "utils", "_python_dispatch.py"),
+                   os.path.abspath(__file__)}
+
+# In each process: the tracker (the simulator's ledger and FLOP count, and the communication it sees).
+
+
+_RECORD_ENTER, _RECORD_EXIT = record_function_ops()
+
+
+def _nbytes(x) -> int:
+    """Bytes of a tensor, or of every tensor in a (nested) list of them."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    return 0
+
+
+# c10d op -> (the simulator's name for it, which argument holds the buffer whose bytes the simulator counts).
+# The simulator's `nbytes`: all_reduce and broadcast the tensor; all_gather and all_gather_into_tensor the gathered
+# (full) output; reduce_scatter_tensor the full input; send/recv the message; barrier nothing.
+COMM_OPS = {
+    "allreduce_": ("all_reduce", 0),
+    "allreduce_coalesced_": ("all_reduce_coalesced", 0),
+    "allgather_": ("all_gather", 0),
+    "_allgather_base_": ("all_gather_into_tensor", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather_into_tensor_coalesced", 0),
+    "reduce_scatter_": ("reduce_scatter", 1),
+    "_reduce_scatter_base_": ("reduce_scatter_tensor", 1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter_tensor_coalesced", 1),
+    "broadcast_": ("broadcast", 0),
+    "reduce_": ("reduce", 0),
+    "gather_": ("gather", 1),
+    "scatter_": ("scatter", 0),
+    "alltoall_": ("all_to_all", 0),
+    "alltoall_base_": ("all_to_all_single", 0),
+    "send": ("send", 0),
+    "recv_": ("recv", 0),
+    "recv_any_source_": ("recv", 0),
+    "barrier": ("barrier", None),
+    "monitored_barrier_": ("barrier", None),
+}
+
+
+def _process_group_of(args):
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):
+            try:
+                return dist.ProcessGroup.unbox(a)
+            except Exception:  # a torch without unbox: fall back to the default group
+                return None
+    return None
+
+
+def _blocking(func, args, kwargs) -> bool:
+    """Whether the caller waits for this op before going on: async_op=False, or dist.send / dist.recv (the same
+    c10d op serves isend and irecv, so the Python caller decides)."""
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == "async_op":
+            value = args[i] if i < len(args) else kwargs.get("async_op", a.default_value)
+            return not value
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_DIST_DIR) and frame.f_code.co_name in ("send", "recv"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _through_private_buffers(func, args, kwargs, writes: bool = True):
+    """Run a blocking c10d op on private copies of its tensors, then copy the result into the learner's.
+
+    Why: the backend's work object holds the tensors it was given, and gloo's worker thread drops its reference a
+    moment after wait() returns, racing the learner's thread. A tensor the learner lets go right after a
+    collective would then leave the ledger sometimes at once, sometimes a few ops later: peaks that change from
+    run to run. The simulator's collectives hold nothing once done; with private copies (off the ledger, as the
+    backend's own buffers are) the learner's tensors are freed exactly when the learner drops them, on every run.
+    Values are untouched: the same bytes go through the same gloo collective."""
+    tensors = [t for a in args for t in _flat_tensors(a)]
+    if _done_work is None or not tensors or not all(t.is_contiguous() for t in tensors):
+        return func(*args, **kwargs)  # let the backend see (and judge) the learner's own tensors
+    copies: dict = {}  # id(learner tensor) -> (learner tensor, private copy)
+    out = func(*[_swap(a, copies) for a in args], **kwargs)
+    work = out[-1] if isinstance(out, (tuple, list)) else out
+    work.wait()
+    for t in _flat_tensors(args[0]) if writes else ():  # the op writes into its first argument
+        learner, copy = copies[id(t)]
+        learner.data.copy_(copy)  # .data: a backend write bumps no autograd version counter; neither does this
+    back = {id(copy): learner for learner, copy in copies.values()}
+    # The caller will wait() on what the op returns: hand it a finished work (gloo's recv work cannot be waited
+    # for twice), and let gloo's own work, with the private copies, go.
+    if isinstance(out, (tuple, list)):
+        return type(out)((*_unswap(tuple(out[:-1]), back), _done_work()))
+    return _done_work()
+
+
+def _done_work():
+    future = torch.futures.Future()
+    future.set_result(None)
+    return _create_work_from_future(future).boxed()  # a dispatcher op returns the TorchScript form
+
+
+try:
+    from torch._C._distributed_c10d import _create_work_from_future
+except ImportError:  # a torch without it: blocking ops then go straight to the backend
+    _done_work = None  # noqa: F811
+
+
+def _swap(a, copies: dict):
+    if isinstance(a, torch.Tensor):
+        if id(a) not in copies:
+            copies[id(a)] = (a, a.detach().clone())
+        return copies[id(a)][1]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_swap(v, copies) for v in a)
+    return a
+
+
+def _unswap(o, back: dict):
+    if isinstance(o, torch.Tensor):
+        return back.get(id(o), o)
+    if isinstance(o, (list, tuple)):
+        return type(o)(_unswap(v, back) for v in o)
+    return o
+
+
+def _flat_tensors(a) -> list:
+    if isinstance(a, torch.Tensor):
+        return [a]
+    if isinstance(a, (list, tuple)):
+        return [t for v in a for t in _flat_tensors(v)]
+    return []
+
+
+def _in_runtime() -> bool:
+    """True when the op was called from torch.distributed's own Python code (the 1-element tensor gloo's barrier
+    makes, the buffers of object collectives): the runtime's memory, which the simulator does not charge either."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename in _DISPATCH_FILES:
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_DIST_DIR)
+
+
+class ProcessTracker(TorchDispatchMode):
+    """One process's rank, seen op by op: its memory ledger, its FLOPs in ticks, its communication events.
+
+    The ledger and storage tracker are the simulator's own classes; `place` copies the harness's inputs onto the
+    rank as sim.run does. The ledger's clock is the FLOP clock (compute ticks laid end to end)."""
+
+    def __init__(self, rank: int, cost: CostModel, library_files=(), device=None, harness_files=()):
+        super().__init__()
+        self.rank, self.cost, self.device = rank, cost, device
+        self.clock = RankClock()
+        self.ledger = Ledger(rank, lambda: self.clock.compute)
+        self.storage = StorageTracker({rank: self.ledger})
+        self.sites = SiteFinder([*library_files, __file__], harness_files)
+        self.labels: list[str] = []
+        self.untracked = False
+        self.flops = 0
+        self.waiting = None  # the communication op this rank is blocked in, if any
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # as the simulator's mode: nothing is compiled on a graded rank
+        return False
+
+    @contextlib.contextmanager
+    def untracked_ops(self):
+        self.untracked = True
+        try:
+            yield
+        finally:
+            self.untracked = False
+
+    def place(self, value, memo=None):
+        """A private copy of the harness's tensors on this rank (on its device), charged to its ledger."""
+        memo = {} if memo is None else memo
+        if isinstance(value, torch.Tensor):
+            if id(value) not in memo:
+                with self.untracked_ops():
+                    copy = value.detach().clone() if self.device is None else value.detach().to(self.device, copy=True)
+                    if isinstance(value, torch.nn.Parameter):
+                        copy = torch.nn.Parameter(copy, requires_grad=value.requires_grad)
+                    elif value.requires_grad:
+                        copy.requires_grad_(True)
+                self.storage.adopt(copy.untyped_storage(), self.rank, PLACED_SITE)
+                memo[id(value)] = copy
+            return memo[id(value)]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(self.place(v, memo) for v in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.place(v, memo) for v in value)
+        if isinstance(value, dict):
+            return type(value)((k, self.place(v, memo)) for k, v in value.items())
+        return value
+
+    def allocation_site(self) -> str:
+        site = self.sites.here()
+        node = torch._C._current_autograd_node()
+        return f"{site}  [backward: {node.name()}]" if node is not None else site
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.untracked:
+            return func(*args, **kwargs)
+        if func in _RECORD_ENTER:
+            self.labels.append(str(args[0]))
+            return func(*args, **kwargs)
+        if func in _RECORD_EXIT:
+            if self.labels:
+                self.labels.pop()
+            return func(*args, **kwargs)
+        if func.namespace == "c10d":
+            return self._communicate(func, args, kwargs)
+        out = func(*args, **kwargs)
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        runtime = None
+        for t in outs:
+            if not isinstance(t, torch.Tensor):
+                continue
+            try:
+                st = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if st._cdata not in self.storage.owner:
+                if runtime is None:
+                    runtime = _in_runtime()
+                if not runtime:
+                    self.storage.adopt(st, self.rank, self.allocation_site())
+        flops = op_flops(func, args, kwargs, out)
+        if flops:
+            phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
+            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops), flops, phase,
+                                   self.labels[-1] if self.labels else "")
+            self.flops += flops
+        return out
+
+    def _communicate(self, func, args, kwargs):
+        name = func._schema.name.split("::")[-1]
+        kind, which = COMM_OPS.get(name, (name, None))
+        pg = _process_group_of(args)
+        try:
+            ranks = tuple(dist.get_process_group_ranks(pg)) if pg is not None else tuple(range(dist.get_world_size()))
+        except Exception:  # a group this process does not know by that object
+            ranks = tuple(range(dist.get_world_size()))
+        peer = None
+        if kind == "send":
+            peer = ranks[args[2]]
+            peers = (self.rank, peer)
+        elif kind == "recv":
+            peer = ranks[args[2]] if name == "recv_" else None
+            peers = (-1 if peer is None else peer, self.rank)
+        else:
+            peers = ranks
+        site = self.sites.here()
+        self.waiting = {"kind": kind, "peer": peer, "site": site}  # what this rank waits in, should it hang
+        if name != "recv_any_source_" and _blocking(func, args, kwargs):
+            out = _through_private_buffers(func, args, kwargs, writes=kind not in ("send", "barrier"))
+        else:
+            out = func(*args, **kwargs)
+        self.waiting = None
+        nbytes = _nbytes(args[which]) if which is not None else 0
+        tick = self.clock.compute
+        self.clock.events.append(Event(self.rank, "comm", kind, tick, tick, nbytes=nbytes,
+                                       wire_bytes=self.cost.wire_bytes(kind, nbytes, len(ranks)),
+                                       phase="backward" if torch._C._current_autograd_node() is not None else "forward",
+                                       peers=peers, site=site, label=self.labels[-1] if self.labels else ""))
+        return out
+
+
