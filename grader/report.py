@@ -45,6 +45,9 @@ def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool =
     counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, ERROR, NOT_ATTEMPTED)}
     out += ["", f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
                 f"{counts[NOT_ATTEMPTED]} not attempted"]
+    if counts[NOT_ATTEMPTED] == len(results):
+        out.append("To start: read the story at the top of a puzzle file (puzzles/p1_checkpointing.py, ...), replace "
+                   "its `raise NotImplementedError` with your code, and run this again (or open puzzles.ipynb).")
     return "\n".join(out)
 
 
