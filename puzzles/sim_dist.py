@@ -1,0 +1,192 @@
+"""`dist`: the torch.distributed API as one rank sees it.
+
+Each method checks its arguments, describes the call (a `_Call` that names its function in sim_collectives.py, or
+a send or recv) and hands it to the world (sim_matching.py), which matches it with the other ranks' calls.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .sim_collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _broadcast, _Call, _nothing,
+                              _reduce_scatter_tensor)
+from .sim_types import NON_GROUP_MEMBER, P2POp, ProcessGroup, ReduceOp, Work, _desc, _reduce_op
+
+if TYPE_CHECKING:
+    from .sim_world import World
+
+
+# --------------------------------------------------------------------------------------------------------------
+# `dist`: the torch.distributed API as one rank sees it.
+
+
+class _GroupNamespace:
+    def __init__(self, world_group: ProcessGroup):
+        self.WORLD = world_group
+        self.NON_GROUP_MEMBER = NON_GROUP_MEMBER
+
+
+class SimDist:
+    """What `fn` receives as `dist`. Same names, argument order, in-place semantics and return values as
+    torch.distributed, so `fn(torch.distributed, ...)` in a real process group computes the same thing."""
+
+    ReduceOp = ReduceOp
+    P2POp = P2POp
+
+    def __init__(self, world: World, rank: int):
+        self._world, self._me = world, world.ranks[rank]
+        self.group = _GroupNamespace(world.WORLD)
+        self.GroupMember = self.group
+
+    # ---- who am I
+
+    def get_rank(self, group=None) -> int:
+        group = self._world.WORLD if group is None else group
+        return group.ranks.index(self._me.rank) if isinstance(group, ProcessGroup) and self._me.rank in group.ranks else -1
+
+    def get_world_size(self, group=None) -> int:
+        group = self._world.WORLD if group is None else group
+        return len(group.ranks) if isinstance(group, ProcessGroup) and self._me.rank in group.ranks else -1
+
+    def get_global_rank(self, group, group_rank: int) -> int:
+        return group.ranks[group_rank]
+
+    def get_group_rank(self, group, global_rank: int) -> int:
+        return group.ranks.index(global_rank)
+
+    def get_process_group_ranks(self, group) -> list[int]:
+        return list(group.ranks)
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def get_backend(self, group=None) -> str:
+        return "sim"
+
+    def new_group(self, ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
+                  group_desc=None):
+        """Every rank must call it, with the same ranks, in the same order (as in torch.distributed).
+        Members get the group; the other ranks get GroupMember.NON_GROUP_MEMBER."""
+        world = self._world
+        members = tuple(sorted(set(range(world.size) if ranks is None else ranks)))
+        if not members or members[0] < 0 or members[-1] >= world.size:
+            raise ValueError(f"new_group({ranks!r}): ranks must be within 0..{world.size - 1}")
+
+        def make_group(calls):
+            group = ProcessGroup(world, len(world.groups), members)
+            world.groups.append(group)
+            for c in calls:
+                c.group_made = group
+
+        call = _Call("new_group", make_group, {"ranks": list(members)})
+        world.collective(self._me, call, world.GROUP_MAKER, async_op=False)
+        return call.group_made if self._me.rank in members else NON_GROUP_MEMBER
+
+    # ---- point to point
+
+    def _peer(self, peer, group, group_peer):
+        if group_peer is not None:
+            return (group or self._world.WORLD).ranks[group_peer]
+        return peer
+
+    def isend(self, tensor, dst=None, group=None, tag=0, group_dst=None) -> Work:
+        work = self._world.post_p2p(self._me, "send", tensor, self._peer(dst, group, group_dst), group, tag)
+        self._world._mark_inflight(self._me, work, [tensor], [], "isend")
+        self._world.yield_baton(self._me)
+        return work
+
+    def irecv(self, tensor, src=None, group=None, tag=0, group_src=None) -> Work:
+        work = self._world.post_p2p(self._me, "recv", tensor, self._peer(src, group, group_src), group, tag)
+        self._world._mark_inflight(self._me, work, [], [tensor], "irecv")
+        self._world.yield_baton(self._me)
+        return work
+
+    def send(self, tensor, dst=None, group=None, tag=0, group_dst=None) -> None:
+        """Blocks until the matching recv is posted and the data has arrived (a rendezvous)."""
+        work = self._world.post_p2p(self._me, "send", tensor, self._peer(dst, group, group_dst), group, tag)
+        self._world.wait(self._me, work)
+
+    def recv(self, tensor, src=None, group=None, tag=0, group_src=None) -> int:
+        """Blocks until a matching send arrives; returns the sender's rank (src=None receives from anyone)."""
+        work = self._world.post_p2p(self._me, "recv", tensor, self._peer(src, group, group_src), group, tag)
+        self._world.wait(self._me, work)
+        return work._source
+
+    def batch_isend_irecv(self, p2p_op_list) -> list[Work]:
+        """Post every send and recv of the list, then return their handles (no ordering deadlock among them)."""
+        works = []
+        for p in p2p_op_list:
+            kind = getattr(p.op, "__name__", "")
+            if kind not in ("isend", "irecv"):
+                raise ValueError(f"P2POp.op must be dist.isend or dist.irecv, got {p.op!r}")
+            peer = self._peer(p.peer, p.group, p.group_peer)
+            work = self._world.post_p2p(self._me, kind[1:], p.tensor, peer, p.group, p.tag)
+            reads, writes = ([p.tensor], []) if kind == "isend" else ([], [p.tensor])
+            self._world._mark_inflight(self._me, work, reads, writes, kind)
+            works.append(work)
+        self._world.yield_baton(self._me)
+        return works
+
+    # ---- collectives
+
+    def _size(self, group) -> int:
+        return len((group or self._world.WORLD).ranks) if isinstance(group or self._world.WORLD, ProcessGroup) else 0
+
+    def all_reduce(self, tensor, op=ReduceOp.SUM, group=None, async_op=False):
+        op = _reduce_op(op)
+        call = _Call("all_reduce", _all_reduce, {"tensor": _desc(tensor), "op": op.name},
+                     reads=[tensor], writes=[tensor], nbytes=_nbytes(tensor), tensor=tensor, op=op)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def all_gather(self, tensor_list, tensor, group=None, async_op=False):
+        n = self._size(group)
+        if len(tensor_list) != n or any(t.shape != tensor.shape or t.dtype != tensor.dtype for t in tensor_list):
+            raise ValueError(f"all_gather on rank {self._me.rank}: tensor_list must hold {n} tensors shaped like "
+                             f"the input {_desc(tensor)}, got {[_desc(t) for t in tensor_list]}")
+        call = _Call("all_gather", _all_gather, {"tensor": _desc(tensor)}, reads=[tensor], writes=list(tensor_list),
+                     nbytes=n * _nbytes(tensor), tensor=tensor, tensor_list=tensor_list)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def all_gather_into_tensor(self, output_tensor, input_tensor, group=None, async_op=False):
+        n = self._size(group)
+        if output_tensor.numel() != n * input_tensor.numel() or output_tensor.dtype != input_tensor.dtype:
+            raise ValueError(f"all_gather_into_tensor on rank {self._me.rank}: the output must hold {n} x the input "
+                             f"{_desc(input_tensor)} of the same dtype, got {_desc(output_tensor)}")
+        call = _Call("all_gather_into_tensor", _all_gather_into_tensor,
+                     {"input": _desc(input_tensor), "output": _desc(output_tensor)},
+                     reads=[input_tensor], writes=[output_tensor], nbytes=_nbytes(output_tensor),
+                     input=input_tensor, output=output_tensor)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def reduce_scatter_tensor(self, output, input, op=ReduceOp.SUM, group=None, async_op=False):
+        n, op = self._size(group), _reduce_op(op)
+        if input.numel() != n * output.numel() or output.dtype != input.dtype:
+            raise ValueError(f"reduce_scatter_tensor on rank {self._me.rank}: the input must hold {n} x the output "
+                             f"{_desc(output)} of the same dtype, got {_desc(input)}")
+        call = _Call("reduce_scatter_tensor", _reduce_scatter_tensor,
+                     {"input": _desc(input), "output": _desc(output), "op": op.name},
+                     reads=[input], writes=[output], nbytes=_nbytes(input), input=input, output=output, op=op)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def broadcast(self, tensor, src=None, group=None, async_op=False, group_src=None):
+        src = self._peer(src, group, group_src)
+        g = group or self._world.WORLD
+        if src is None or (isinstance(g, ProcessGroup) and src not in g.ranks):
+            raise ValueError(f"broadcast on rank {self._me.rank}: src={src!r} must be a (global) rank of {g}")
+        is_root = src == self._me.rank
+        call = _Call("broadcast", _broadcast, {"tensor": _desc(tensor), "src": src},
+                     reads=[tensor] if is_root else [], writes=[] if is_root else [tensor],
+                     nbytes=_nbytes(tensor), tensor=tensor, is_root=is_root)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def barrier(self, group=None, async_op=False, device_ids=None):
+        return self._world.collective(self._me, _Call("barrier", _nothing, {}), group, async_op)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()

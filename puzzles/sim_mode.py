@@ -1,0 +1,107 @@
+"""The dispatch mode: every aten op a simulated rank runs passes through `_RankMode.__torch_dispatch__`.
+
+There the op is checked (a tensor that lives on another rank raises IsolationError; one that an async op has not
+released yet raises InFlightError), the storages it makes are charged to the rank's memory ledger (sim_memory.py),
+and its FLOPs advance the rank's compute clock (sim_clock.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .sim_clock import op_flops, record_function_ops
+from .sim_types import IsolationError
+
+if TYPE_CHECKING:
+    from .sim_world import World, _RankState
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The dispatch mode: every op a rank runs passes through here.
+
+
+_RECORD_ENTER, _RECORD_EXIT = record_function_ops()
+# torch.tensor([...]) builds its tensor outside the dispatcher, then hands it to lift_fresh: that input is new
+# memory of the calling rank, not a tensor from elsewhere.
+_LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
+          (getattr(getattr(torch.ops.aten, name, None), o, None) for o in ("default",)) if op is not None}
+
+
+def _tensors_in(args, kwargs) -> list[torch.Tensor]:
+    found = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found.extend(x for x in a if isinstance(x, torch.Tensor))
+    return found
+
+
+def _tensors_out(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [x for x in out if isinstance(x, torch.Tensor)]
+    return []
+
+
+class _RankMode(TorchDispatchMode):
+    """Sees every aten op of one rank: checks isolation, charges memory, advances the compute clock."""
+
+    def __init__(self, world: World, me: _RankState):
+        super().__init__()
+        self.world, self.me = world, me
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch would wrap __torch_dispatch__ in a dynamo guard, importing torch._dynamo (2 s) on the first op
+        # and adding a layer to every op; nothing is compiled inside a simulated rank.
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        me, world = self.me, self.world
+        if me.untracked or world.aborted:
+            return func(*args, **kwargs)
+        if func in _RECORD_ENTER:
+            me.labels.append(str(args[0]))
+            return func(*args, **kwargs)
+        if func in _RECORD_EXIT:
+            if me.labels:
+                me.labels.pop()
+            return func(*args, **kwargs)
+
+        owner_of = world.storage.owner
+        for t in () if func in _LIFTS else _tensors_in(args, kwargs):
+            try:
+                owner = owner_of.get(t.untyped_storage()._cdata)
+            except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+                continue
+            if owner != me.rank and not (owner is None and t.dim() == 0):  # 0-d: a Python number torch wrapped
+                raise IsolationError(world.isolation_message(me.rank, owner, t, f"aten.{func.__name__}"))
+        if me.inflight and not func.is_view:
+            world.check_inflight(me, func, args, kwargs)
+
+        out = func(*args, **kwargs)
+
+        for t in _tensors_out(out):
+            try:
+                st = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if st._cdata not in owner_of:
+                world.storage.adopt(st, me.rank, world.allocation_site())
+        flops = op_flops(func, args, kwargs, out)
+        if flops:
+            me.clock.run_compute(me.rank, world.cost.compute_ticks(flops), flops, _phase(),
+                                 me.labels[-1] if me.labels else "")
+            me.flops += flops
+        return out
+
+
+def _phase() -> str:
+    """'backward' while autograd's engine is running this thread's backward pass, else 'forward'."""
+    return "backward" if torch._C._current_autograd_node() is not None else "forward"

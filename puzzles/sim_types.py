@@ -1,0 +1,157 @@
+"""The vocabulary of the simulated runtime: its errors, and the torch.distributed objects that `dist` hands out.
+
+The errors each name the ranks involved and the learner's lines. `ReduceOp`, `ProcessGroup`, `P2POp` and `Work`
+mirror their torch.distributed namesakes. Nothing here runs a rank: the world of a run is in sim_world.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .sim_world import World
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Errors: each names the ranks involved and the learner's lines.
+
+
+class SimError(Exception):
+    """Base class of the simulator's own errors."""
+
+
+class DeadlockError(SimError):
+    """Every rank that has not returned is blocked waiting for another: none can ever proceed."""
+
+
+class CollectiveMismatchError(SimError):
+    """Ranks met in one collective with different ops, shapes, dtypes, reduce ops, roots or groups."""
+
+
+class P2PMismatchError(SimError):
+    """A send and the recv it matched disagree on shape or dtype."""
+
+
+class IsolationError(SimError):
+    """An op on rank r used a tensor that lives on rank s (or on no rank)."""
+
+
+class InFlightError(SimError):
+    """A tensor was touched while an async op on it had not been waited for."""
+
+
+class TimeLimitError(SimError):
+    """A rank ran past the time limit without communicating or returning."""
+
+
+class UnmatchedError(SimError):
+    """Every rank returned, but a send, recv or collective that one of them posted was never matched."""
+
+
+class _Abort(BaseException):
+    """Raised inside a rank thread to unwind it when the run is stopped. Not an Exception, so `except Exception`
+    in learner code does not swallow it."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The vocabulary of torch.distributed: reduce ops, groups, P2POp, Work.
+
+
+class ReduceOp(enum.Enum):
+    SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+
+
+def _reduce_op(op) -> ReduceOp:
+    """Accept our ReduceOp or torch.distributed.ReduceOp.X (both have .name)."""
+    if isinstance(op, ReduceOp):
+        return op
+    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    try:
+        return ReduceOp[name.upper()]
+    except KeyError:
+        raise ValueError(f"unsupported reduce op {op!r}; use dist.ReduceOp.SUM, AVG, PRODUCT, MIN or MAX") from None
+
+
+class ProcessGroup:
+    """A set of ranks that communicate together. `dist.group.WORLD` holds every rank; `dist.new_group(ranks)`
+    makes sub-groups (say, the tensor-parallel and the data-parallel ranks of a 2-D layout)."""
+
+    def __init__(self, world: World, gid: int, ranks: tuple[int, ...]):
+        self._world, self.id, self.ranks = world, gid, ranks
+
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def rank(self) -> int:
+        """The calling rank's position in this group (-1 if it is not a member), like ProcessGroup.rank()."""
+        me = self._world.current_rank()
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def __repr__(self):
+        return {0: "WORLD", -1: "new_group calls"}.get(self.id, f"group{list(self.ranks)}")
+
+
+class _NonGroupMember:
+    def __repr__(self):
+        return "GroupMember.NON_GROUP_MEMBER"
+
+
+NON_GROUP_MEMBER = _NonGroupMember()
+
+
+@dataclass
+class P2POp:
+    """One send or receive for `batch_isend_irecv`: `P2POp(dist.isend, tensor, peer)`."""
+
+    op: object
+    tensor: torch.Tensor
+    peer: int | None = None
+    group: ProcessGroup | None = None
+    tag: int = 0
+    group_peer: int | None = None
+
+
+class Work:
+    """What an async op returns. `wait()` blocks until the op is done and joins its end time into the
+    compute stream; until then the tensors it reads may not be written and the tensors it writes may not be used."""
+
+    def __init__(self, world: World, rank: int, what: str, site: str):
+        self._world, self._rank, self.what, self.site = world, rank, what, site
+        self._done = False
+        self._end = 0
+        self._waited = False
+        self._source = None
+        self._describe = lambda: what  # replaced by the op that owns this handle
+
+    def is_completed(self) -> bool:
+        # Counts as a communication call: it passes the baton, so a polling loop lets the partners progress.
+        self._world.yield_baton(self._world.rank_state(self._rank))
+        return self._done
+
+    def wait(self, timeout=None) -> bool:
+        self._world.wait(self._world.rank_state(self._rank), self)
+        return True
+
+    def source_rank(self) -> int | None:
+        return self._source
+
+    def _finish(self, end: int) -> None:
+        """Mark the op done at tick `end`. Drop its description too: that closure holds the op's tensors and
+        this handle, a reference cycle that would keep them on the ledger (sim.run turns the cycle collector off)."""
+        self._done, self._end = True, end
+        self._describe = lambda what=self.what: what
+
+    def __repr__(self):
+        return f"<Work {self.what} rank={self._rank} {'done' if self._done else 'pending'}>"
+
+
+def _desc(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}[{', '.join(map(str, t.shape))}]"

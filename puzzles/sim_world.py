@@ -1,0 +1,347 @@
+"""The world: all the state of one run, the rank threads, and the baton that passes between them.
+
+One rank runs at a time. A rank's thread runs `fn` until it makes a communication call or returns; then it hands
+the baton to the next rank, in rank order, that can make progress (`yield_baton`), and sleeps until the baton
+comes back. So every run interleaves the same way. If no rank can make progress but some have not returned, the
+run fails and says why. A supervisor in the caller's thread stops a rank that computes for too long without
+communicating.
+
+`World` inherits its communication methods (matching sends with recvs, and the ranks of a collective) from
+sim_matching.py. The dispatch mode that watches each rank's ops is in sim_mode.py, and the `dist` that each rank's
+`fn` receives in sim_dist.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import threading
+import time
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .sim_clock import CostModel, RankClock
+from .sim_collectives import _Collective, _P2P
+from .sim_dist import SimDist
+from .sim_matching import _Matching
+from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame
+from .sim_mode import _RankMode
+from .sim_types import ProcessGroup, TimeLimitError, UnmatchedError, Work, _Abort, _desc
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The world: the ranks, the baton.
+
+
+class _RankState:
+    """One rank of the run: its thread, its turn with the baton, what it waits for, its clock."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.status = "ready"  # ready | running | blocked | done
+        self.waiting: Work | None = None
+        self.wait_site = ""
+        self.go = threading.Lock()
+        self.go.acquire()  # held: the rank's thread blocks on it until the baton is handed over
+        self.thread: threading.Thread | None = None
+        self.clock = RankClock()
+        self.seq: dict[int, int] = {}  # group id -> number of collectives this rank has called on it
+        self.labels: list[str] = []  # active record_function names
+        self.untracked = False  # the runtime's own tensor work, invisible to the ledger and the isolation check
+        self.inflight: list = []  # (storage key, lo, hi, read_ok, work, what, tensor)
+        self.unwaited: list[Work] = []
+        self.rng = None
+        self.result = None
+        self.flops = 0
+        self.last_site = ""
+
+
+class World(_Matching):
+    """All the state of one run. Nothing is global, so runs are independent and repeatable."""
+
+    def __init__(self, world_size: int, cost: CostModel, seed: int, timeout: float, library_files=(),
+                 harness_files=()):
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1, got {world_size}")
+        self.size, self.cost, self.seed, self.timeout = world_size, cost, seed, timeout
+        self.ranks = [_RankState(r) for r in range(world_size)]
+        self.ledgers = [Ledger(r, (lambda s=s: s.clock.compute)) for r, s in enumerate(self.ranks)]
+        self.storage = StorageTracker(self.ledgers)
+        self.sites = SiteFinder(library_files, harness_files)
+        self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
+        # new_group is itself a collective of every rank; it is matched on its own, so that "call #k on WORLD"
+        # counts only the collectives the learner wrote.
+        self.GROUP_MAKER = ProcessGroup(self, -1, tuple(range(world_size)))
+        self.groups = [self.WORLD]
+        self.open: dict[tuple[int, int], _Collective] = {}
+        self.sends: list[_P2P] = []
+        self.recvs: list[_P2P] = []
+        self.warnings: list[str] = []
+        self.aborted = False
+        self.error: BaseException | None = None
+        self.failed_rank: int | None = None
+        self.running = 0
+        self.turn_started = time.monotonic()  # when the running rank got the baton (for the time limit)
+        self._mutex = threading.Lock()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._done_signalled = False
+        self._local = threading.local()
+
+    # ---- small helpers
+
+    def rank_state(self, rank: int) -> _RankState:
+        return self.ranks[rank]
+
+    def current_rank(self) -> int:
+        return getattr(self._local, "rank", self.running)
+
+    def site(self) -> str:
+        return self.sites.here()
+
+    def allocation_site(self) -> str:
+        site = self.sites.here()
+        node = torch._C._current_autograd_node()
+        return f"{site}  [backward: {node.name()}]" if node is not None else site
+
+    @contextlib.contextmanager
+    def untracked(self, me):
+        """The runtime's own tensor work (moving data, saving RNG state): off the ledger, outside the isolation
+        check, and without paying for the dispatch mode on every op."""
+        me.untracked = True
+        try:
+            with _disable_current_modes():
+                yield
+        finally:
+            me.untracked = False
+
+    def isolation_message(self, rank: int, owner, t: torch.Tensor, what: str) -> str:
+        where = self.sites.here()
+        if owner is None:
+            return (f"rank {rank} used a {_desc(t)} tensor that lives on no rank, in {what} at {where}. "
+                    f"It was made outside the simulated ranks (a global? a module-level constant? a default "
+                    f"argument?). Create it inside the rank's function, or pass it in through sim.run(args=...).")
+        return (f"rank {rank} used a {_desc(t)} tensor that lives on rank {owner}, in {what} at {where}. "
+                f"Each rank has its own memory: data moves between ranks only by communication "
+                f"(send/recv or a collective).")
+
+    # ---- the baton
+
+    def _next_runnable(self, after: int) -> _RankState | None:
+        for i in range(1, self.size + 1):
+            r = self.ranks[(after + i) % self.size]
+            if r.status == "ready" or (r.status == "blocked" and r.waiting._done):
+                return r
+        return None
+
+    def yield_baton(self, me: _RankState, block_on: Work | None = None) -> None:
+        """Hand the baton to the next rank that can run, in rank order after `me`; return when it is `me`'s
+        turn again (at once, if nobody else can run). With `block_on`, `me` cannot run until that op is done."""
+        if block_on is not None and not block_on._done:
+            me.status, me.waiting = "blocked", block_on
+        elif me.status != "done":
+            me.status = "ready"
+        with self._mutex:
+            if self.aborted:
+                raise _Abort
+            nxt = self._next_runnable(me.rank)
+            if nxt is None:
+                if all(r.status == "done" for r in self.ranks):
+                    self._finish_locked()
+                    return
+                self._fail_locked(self._stuck_error())
+                raise _Abort
+            self.running, self.turn_started = nxt.rank, time.monotonic()
+            if nxt is me:
+                me.status, me.waiting = "running", None
+                return
+            nxt.status, nxt.waiting = "running", None
+            if me.status != "done":
+                with self.untracked(me):
+                    me.rng = torch.get_rng_state()
+            nxt.go.release()
+        if me.status == "done":
+            return
+        me.go.acquire()
+        if self.aborted:
+            raise _Abort
+        with self.untracked(me):
+            torch.set_rng_state(me.rng)
+
+    def _finish_locked(self) -> None:
+        dangling = [p.describe() for p in self.sends + self.recvs]
+        dangling += [f"{c.where()}, which ranks {sorted(c.calls)} entered at "
+                     f"{'; '.join(x.site for x in c.calls.values())}, but ranks "
+                     f"{[r for r in c.group.ranks if r not in c.calls]} never did" for c in self.open.values()]
+        if dangling:
+            self.error = UnmatchedError(
+                "every rank returned, but some communication was never matched:\n  - " + "\n  - ".join(dangling))
+        self._signal_done()
+
+    def _fail_locked(self, error: BaseException, rank: int | None = None) -> None:
+        if self.error is None:
+            self.error, self.failed_rank = error, rank
+        self.aborted = True
+        me = self.current_rank()
+        for r in self.ranks:
+            if r.rank != me and r.go.locked():
+                r.go.release()  # wake it: it sees `aborted` and unwinds
+        self._signal_done()
+
+    def _signal_done(self) -> None:
+        if not self._done_signalled:
+            self._done_signalled = True
+            self._done.release()
+
+
+    # ---- running a function on every rank
+
+    def _place(self, me: _RankState, value, memo: dict):
+        """Copy the harness's tensors onto this rank: they count on its ledger, and belong to it."""
+        if isinstance(value, torch.Tensor):
+            if id(value) not in memo:
+                with self.untracked(me):
+                    copy = value.detach().clone()
+                    if isinstance(value, torch.nn.Parameter):
+                        copy = torch.nn.Parameter(copy, requires_grad=value.requires_grad)
+                    elif value.requires_grad:
+                        copy.requires_grad_(True)
+                self.storage.adopt(copy.untyped_storage(), me.rank, "input placed on the rank by sim.run")
+                memo[id(value)] = copy
+            return memo[id(value)]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(self._place(me, v, memo) for v in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._place(me, v, memo) for v in value)
+        if isinstance(value, dict):
+            return type(value)((k, self._place(me, v, memo)) for k, v in value.items())
+        return value
+
+    def _rank_main(self, me: _RankState, fn, args) -> None:
+        self._local.rank = me.rank
+        _active.world = self
+        me.go.acquire()
+        if self.aborted:
+            return
+        try:
+            # Ranks take turns, so a rank gains nothing from intra-op threads, and OpenMP teams started from
+            # many threads fight over the cores (measured: 3x slower on 2 cores).
+            torch.set_num_threads(1)
+            torch.set_rng_state(me.rng)
+            with _RankMode(self, me):
+                placed = self._place(me, tuple(args), {})
+                me.result = fn(SimDist(self, me.rank), *placed)
+                self.ledgers[me.rank].close()  # what the rank holds as it returns, its inputs included
+                del placed
+        except _Abort:
+            return
+        except BaseException as exc:  # the learner's error: stop everybody, re-raise it in the caller
+            with self._mutex:
+                self._fail_locked(exc, me.rank)
+            return
+        for w in me.unwaited:
+            if w._done:
+                self.warnings.append(f"rank {me.rank} returned without calling wait() on its {w.what} issued at "
+                                     f"{w.site}")
+        me.status = "done"
+        try:
+            self.yield_baton(me)
+        except _Abort:
+            pass
+
+    def run(self, fn, args, rank_args) -> None:
+        """Run `fn` on every rank until all return; re-raise the first error. (sim.run collects the result.)"""
+        if getattr(_active, "world", None) is not None:
+            raise RuntimeError("sim.run cannot be called from inside a simulated rank")
+        main_rng, main_threads = torch.get_rng_state(), torch.get_num_threads()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # frees by reference counting only, so the ledger is the same on every run
+        try:
+            for r in self.ranks:
+                torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
+                r.rng = torch.get_rng_state()
+                per_rank = tuple(rank_args[r.rank]) if rank_args is not None else ()
+                r.thread = threading.Thread(target=self._rank_main, args=(r, fn, (*args, *per_rank)),
+                                            name=f"sim-rank-{r.rank}", daemon=True)
+                r.thread.start()
+            self.running, self.turn_started = 0, time.monotonic()
+            self.ranks[0].status = "running"
+            self.ranks[0].go.release()
+            self._supervise()
+        finally:
+            torch.set_rng_state(main_rng)
+            torch.set_num_threads(main_threads)
+            if gc_was_enabled:
+                gc.enable()
+        if self.error is not None:
+            error = self.error
+            if self.failed_rank is not None:
+                _note(error, f"(raised on rank {self.failed_rank} of {self.size}; the other ranks were stopped)")
+                try:
+                    error.sim_rank = self.failed_rank
+                except AttributeError:
+                    pass
+            raise error
+
+    def _supervise(self) -> None:
+        """Wait for the ranks to finish, fail or run out of time; leave no thread behind.
+
+        A rank may hold the baton (compute without communicating) for `timeout` seconds of wall time; the whole
+        run may take ten times that (ranks that keep communicating but never finish: a livelock)."""
+        run_deadline = time.monotonic() + 10 * self.timeout
+        try:
+            while not self._done.acquire(timeout=0.25):
+                now = time.monotonic()
+                if now - self.turn_started <= self.timeout and now <= run_deadline:
+                    continue
+                with self._mutex:
+                    if self._done_signalled:
+                        continue
+                    culprit = self.ranks[self.running]
+                    where = describe_frame(self.sites.user_frame(_current_frame(culprit.thread)))
+                    if now - self.turn_started > self.timeout:
+                        error = TimeLimitError(
+                            f"rank {culprit.rank} ran for more than {self.timeout:g} s of wall time without "
+                            f"communicating or returning; it was at {where}. An endless loop? (Pass a larger "
+                            f"timeout to sim.run if the work is really that long.)")
+                    else:
+                        error = TimeLimitError(
+                            f"the ranks kept communicating for more than {10 * self.timeout:g} s of wall time "
+                            f"without finishing (a livelock? a rank polling is_completed() forever?); rank "
+                            f"{culprit.rank} was at {where}.")
+                    self._fail_locked(error, None)
+                    _async_raise(culprit.thread)
+        except BaseException:  # KeyboardInterrupt in a notebook: stop the ranks before leaving
+            with self._mutex:
+                self._fail_locked(_Abort())
+                _async_raise(self.ranks[self.running].thread)
+            raise
+        finally:
+            stop = time.monotonic() + 5.0
+            for r in self.ranks:
+                r.thread.join(timeout=max(0.0, stop - time.monotonic()))
+            stuck = [r.rank for r in self.ranks if r.thread.is_alive()]
+            if stuck and self.error is not None:
+                _note(self.error, f"(the threads of ranks {stuck} are still busy in C code and were abandoned)")
+
+
+_active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)
+
+
+def _current_frame(thread: threading.Thread):
+    import sys
+
+    return sys._current_frames().get(thread.ident)
+
+
+def _async_raise(thread: threading.Thread) -> None:
+    """Raise _Abort inside another thread at its next Python bytecode: how a runaway loop is stopped."""
+    if thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Abort))
+
+
+def _note(error: BaseException, text: str) -> None:
+    if hasattr(error, "add_note"):
+        error.add_note(text)
