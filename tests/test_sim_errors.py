@@ -11,16 +11,13 @@ import torch
 
 from puzzles import sim
 
+from sim_helpers import site_in
+
 NOWHERE = torch.ones(3, dtype=torch.float64)  # made at import time: it lives on no rank
 
 
 def site(marker: str) -> str:
-    """How the runtime names the line of this file that ends with `# marker`."""
-    with open(__file__) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.rstrip().endswith(f"# {marker}"):
-                return f"{os.path.basename(__file__)}:{lineno}: {line.strip()}"
-    raise LookupError(marker)
+    return site_in(__file__, marker)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,6 +1,5 @@
 """The per-rank memory ledger: what it counts, what it does not, and where it says the bytes came from."""
 
-import os
 
 import torch
 import torch.nn.functional as F
@@ -8,17 +7,14 @@ from torch.testing import assert_close
 
 from puzzles import sim
 
+from sim_helpers import site_in
+
 F64 = 8  # bytes per float64
 B, D, H = 64, 16, 32  # batch, model width, hidden width of the MLP
 
 
 def site(marker: str) -> str:
-    """How the runtime names the line of this file that ends with `# marker`."""
-    with open(__file__) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.rstrip().endswith(f"# {marker}"):
-                return f"{os.path.basename(__file__)}:{lineno}: {line.strip()}"
-    raise LookupError(marker)
+    return site_in(__file__, marker)
 
 
 def increments(ledger) -> list[int]:

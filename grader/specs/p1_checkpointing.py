@@ -209,6 +209,19 @@ def without_torch_checkpoint():
 # ---- the puzzle
 
 
+def loss_and_backward(y, target, layers, backward) -> dict:
+    """The grader's part between the learner's forward and backward: the loss of y, and dL/dy handed to
+    `backward(grad_y) -> grad_x`; returns what the checks read (y, loss, grad_x, every weight's gradient)."""
+    with torch.no_grad():
+        y = detached(y)
+        loss = loss_fn(y, target)
+        grad_y = 2 * (y - target) / y.shape[0]
+    with explain_backward_errors():
+        grad_x = backward(grad_y)
+    return {"y": y, "loss": loss, "grad_x": detached(grad_x),
+            "grads": [(detached(w1.grad), detached(w2.grad)) for w1, w2 in layers]}
+
+
 class Checkpointing(PuzzleSpec):
     id, name, title = "p1", "checkpointing", "Activation checkpointing"
     entries = ("checkpointed_forward", "checkpointed_backward")
@@ -237,14 +250,8 @@ class Checkpointing(PuzzleSpec):
             before = memory_now()
             saved, y = fwd(x, layers, k)
             kept = memory_now() - before
-            with torch.no_grad():
-                y = detached(y)
-                loss = loss_fn(y, target)
-                grad_y = 2 * (y - target) / y.shape[0]
-            with explain_backward_errors():
-                grad_x = bwd(saved, layers, k, grad_y)
-            return {"y": y, "loss": loss, "grad_x": detached(grad_x), "kept": kept,
-                    "grads": [(detached(w1.grad), detached(w2.grad)) for w1, w2 in layers]}
+            return {**loss_and_backward(y, target, layers, lambda grad_y: bwd(saved, layers, k, grad_y)),
+                    "kept": kept}
 
         return run
 

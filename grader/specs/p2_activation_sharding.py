@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import weakref
 
-import torch
-
-from puzzles.model import loss_fn
-
 from ..probe import memory_now
 from ..result import Budget, Check, fmt
 from ..spec import Observation
-from .p1_checkpointing import (A, B, C, K, L, W, WORKSPACE, Checkpointing, detached,
-                               explain_backward_errors, gradients_check, output_check, peak_check)
+from .p1_checkpointing import (A, C, L, W, WORKSPACE, Checkpointing, gradients_check, loss_and_backward,
+                               output_check, peak_check)
 
 N = 4
 
@@ -76,14 +72,8 @@ class ActivationSharding(Checkpointing):
             before = memory_now()
             saved, y = fwd(watched, x, layers, k)
             kept = memory_now() - before
-            with torch.no_grad():
-                y = detached(y)
-                loss = loss_fn(y, target)
-                grad_y = 2 * (y - target) / y.shape[0]
-            with explain_backward_errors():
-                grad_x = bwd(watched, saved, layers, k, grad_y)
-            return {"y": y, "loss": loss, "grad_x": detached(grad_x), "kept": kept, "gathers": watched.summary(),
-                    "grads": [(detached(w1.grad), detached(w2.grad)) for w1, w2 in layers]}
+            result = loss_and_backward(y, target, layers, lambda grad_y: bwd(watched, saved, layers, k, grad_y))
+            return {**result, "kept": kept, "gathers": watched.summary()}
 
         return run
 
