@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from puzzles.sim_clock import CostModel, Event, RankClock, op_flops, record_function_ops
-from puzzles.sim_memory import Ledger, SiteFinder, StorageTracker
+from puzzles.sim_clock import CostModel, Event, RankClock, follow_labels, op_flops, phase
+from puzzles.sim_memory import Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
 
 
 PLACED_SITE = "input placed on the rank by the launcher"
@@ -26,7 +26,6 @@ _DISPATCH_FILES = {os.path.join(_TORCH_DIR, "_ops.py"), os.path.join(_TORCH_DIR,
 # In each process: the tracker (the simulator's ledger and FLOP count, and the communication it sees).
 
 
-_RECORD_ENTER, _RECORD_EXIT = record_function_ops()
 
 
 def _nbytes(x) -> int:
@@ -193,43 +192,21 @@ class ProcessTracker(TorchDispatchMode):
         finally:
             self.untracked = False
 
-    def place(self, value, memo=None):
+    def place(self, value):
         """A private copy of the harness's tensors on this rank (on its device), charged to its ledger."""
-        memo = {} if memo is None else memo
-        if isinstance(value, torch.Tensor):
-            if id(value) not in memo:
-                with self.untracked_ops():
-                    copy = value.detach().clone() if self.device is None else value.detach().to(self.device, copy=True)
-                    if isinstance(value, torch.nn.Parameter):
-                        copy = torch.nn.Parameter(copy, requires_grad=value.requires_grad)
-                    elif value.requires_grad:
-                        copy.requires_grad_(True)
-                self.storage.adopt(copy.untyped_storage(), self.rank, PLACED_SITE)
-                memo[id(value)] = copy
-            return memo[id(value)]
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(self.place(v, memo) for v in value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.place(v, memo) for v in value)
-        if isinstance(value, dict):
-            return type(value)((k, self.place(v, memo)) for k, v in value.items())
-        return value
+        def copy_tensor(t):
+            with self.untracked_ops():
+                copy = private_copy(t, self.device)
+            self.storage.adopt(copy.untyped_storage(), self.rank, PLACED_SITE)
+            return copy
 
-    def allocation_site(self) -> str:
-        site = self.sites.here()
-        node = torch._C._current_autograd_node()
-        return f"{site}  [backward: {node.name()}]" if node is not None else site
+        return place_inputs(value, copy_tensor)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.untracked:
             return func(*args, **kwargs)
-        if func in _RECORD_ENTER:
-            self.labels.append(str(args[0]))
-            return func(*args, **kwargs)
-        if func in _RECORD_EXIT:
-            if self.labels:
-                self.labels.pop()
+        if follow_labels(func, args, self.labels):
             return func(*args, **kwargs)
         if func.namespace == "c10d":
             return self._communicate(func, args, kwargs)
@@ -247,11 +224,10 @@ class ProcessTracker(TorchDispatchMode):
                 if runtime is None:
                     runtime = _in_runtime()
                 if not runtime:
-                    self.storage.adopt(st, self.rank, self.allocation_site())
+                    self.storage.adopt(st, self.rank, self.sites.allocation_site())
         flops = op_flops(func, args, kwargs, out)
         if flops:
-            phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
-            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops), flops, phase,
+            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops), flops, phase(),
                                    self.labels[-1] if self.labels else "")
             self.flops += flops
         return out
@@ -284,7 +260,7 @@ class ProcessTracker(TorchDispatchMode):
         tick = self.clock.compute
         self.clock.events.append(Event(self.rank, "comm", kind, tick, tick, nbytes=nbytes,
                                        wire_bytes=self.cost.wire_bytes(kind, nbytes, len(ranks)),
-                                       phase="backward" if torch._C._current_autograd_node() is not None else "forward",
+                                       phase=phase(),
                                        peers=peers, site=site, label=self.labels[-1] if self.labels else ""))
         return out
 

@@ -114,6 +114,26 @@ def record_function_ops() -> tuple[set, set]:
     return enter, exit_
 
 
+_RECORD_ENTER, _RECORD_EXIT = record_function_ops()
+
+
+def follow_labels(func, args, labels: list) -> bool:
+    """Keep `labels`, the stack of active record_function names, up to date; True if `func` was one of its ops."""
+    if func in _RECORD_ENTER:
+        labels.append(str(args[0]))
+        return True
+    if func in _RECORD_EXIT:
+        if labels:
+            labels.pop()
+        return True
+    return False
+
+
+def phase() -> str:
+    """'backward' while autograd's engine is running this thread's backward pass, else 'forward'."""
+    return "backward" if torch._C._current_autograd_node() is not None else "forward"
+
+
 _FORMULAS: dict = {}
 
 

@@ -21,7 +21,8 @@ import torch
 
 from .sim_clock import Event
 from .sim_collectives import _Call, _Collective, _P2P
-from .sim_mode import _phase, _tensors_in, _tensors_out
+from .sim_clock import phase
+from .sim_mode import _tensors_in, _tensors_out
 from .sim_types import (NON_GROUP_MEMBER, CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
                         P2PMismatchError, ProcessGroup, SimError, Work, _Abort, _desc)
 
@@ -65,7 +66,7 @@ class _Matching:
         seq = me.seq.get(group.id, 0)
         me.seq[group.id] = seq + 1
         call.rank, call.issued, call.site = me.rank, me.clock.compute, self.site()
-        call.phase = _phase()
+        call.phase = phase()
         me.last_site = call.site
         coll = self.open.setdefault((group.id, seq), _Collective(call.name, group, seq))
         if coll.calls:
@@ -163,7 +164,7 @@ class _Matching:
         site = self.site()
         me.last_site = site
         work = Work(self, me.rank, kind, site)
-        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, _phase())
+        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase())
         work._describe = p.describe
         if kind == "send":
             match = next((r for r in self.recvs if r.accepts(p)), None)

@@ -67,6 +67,37 @@ class SiteFinder:
             self._sites[key] = site
         return site
 
+    def allocation_site(self) -> str:
+        """The learner's line that allocated a storage, and the autograd node when backward allocated it."""
+        site = self.here()
+        node = torch._C._current_autograd_node()
+        return f"{site}  [backward: {node.name()}]" if node is not None else site
+
+
+def place_inputs(value, copy_tensor, memo: dict | None = None):
+    """The harness's arguments as one rank receives them: every tensor in `value` (nested in lists, tuples,
+    namedtuples, dicts) replaced by `copy_tensor(t)`, the same tensor twice by the same copy; the rest as is."""
+    memo = {} if memo is None else memo
+    if isinstance(value, torch.Tensor):
+        if id(value) not in memo:
+            memo[id(value)] = copy_tensor(value)
+        return memo[id(value)]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(place_inputs(v, copy_tensor, memo) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(place_inputs(v, copy_tensor, memo) for v in value)
+    if isinstance(value, dict):
+        return type(value)((k, place_inputs(v, copy_tensor, memo)) for k, v in value.items())
+    return value
+
+
+def private_copy(t: torch.Tensor, device=None) -> torch.Tensor:
+    """A detached copy of t that keeps its requires_grad (and stays an nn.Parameter if it was one)."""
+    copy = t.detach().clone() if device is None else t.detach().to(device, copy=True)
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(copy, requires_grad=t.requires_grad)
+    return copy.requires_grad_(True) if t.requires_grad else copy
+
 
 def describe_frame(frame) -> str:
     """'p3_data_parallel.py:42: dist.all_reduce(g)' for a frame, or '?' when there is none."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .sim_clock import op_flops, record_function_ops
+from .sim_clock import follow_labels, op_flops, phase
 from .sim_types import IsolationError
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 # The dispatch mode: every op a rank runs passes through here.
 
 
-_RECORD_ENTER, _RECORD_EXIT = record_function_ops()
 # torch.tensor([...]) builds its tensor outside the dispatcher, then hands it to lift_fresh: that input is new
 # memory of the calling rank, not a tensor from elsewhere.
 _LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
@@ -66,12 +65,7 @@ class _RankMode(TorchDispatchMode):
         me, world = self.me, self.world
         if me.untracked or world.aborted:
             return func(*args, **kwargs)
-        if func in _RECORD_ENTER:
-            me.labels.append(str(args[0]))
-            return func(*args, **kwargs)
-        if func in _RECORD_EXIT:
-            if me.labels:
-                me.labels.pop()
+        if follow_labels(func, args, me.labels):
             return func(*args, **kwargs)
 
         owner_of = world.storage.owner
@@ -93,15 +87,10 @@ class _RankMode(TorchDispatchMode):
             except (RuntimeError, NotImplementedError):
                 continue
             if st._cdata not in owner_of:
-                world.storage.adopt(st, me.rank, world.allocation_site())
+                world.storage.adopt(st, me.rank, world.sites.allocation_site())
         flops = op_flops(func, args, kwargs, out)
         if flops:
-            me.clock.run_compute(me.rank, world.cost.compute_ticks(flops), flops, _phase(),
+            me.clock.run_compute(me.rank, world.cost.compute_ticks(flops), flops, phase(),
                                  me.labels[-1] if me.labels else "")
             me.flops += flops
         return out
-
-
-def _phase() -> str:
-    """'backward' while autograd's engine is running this thread's backward pass, else 'forward'."""
-    return "backward" if torch._C._current_autograd_node() is not None else "forward"

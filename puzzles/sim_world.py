@@ -26,7 +26,7 @@ from .sim_clock import CostModel, RankClock
 from .sim_collectives import _Collective, _P2P
 from .sim_dist import SimDist
 from .sim_matching import _Matching
-from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame
+from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame, place_inputs, private_copy
 from .sim_mode import _RankMode
 from .sim_types import ProcessGroup, TimeLimitError, UnmatchedError, Work, _Abort, _desc
 
@@ -100,11 +100,6 @@ class World(_Matching):
 
     def site(self) -> str:
         return self.sites.here()
-
-    def allocation_site(self) -> str:
-        site = self.sites.here()
-        node = torch._C._current_autograd_node()
-        return f"{site}  [backward: {node.name()}]" if node is not None else site
 
     @contextlib.contextmanager
     def untracked(self, me):
@@ -198,26 +193,15 @@ class World(_Matching):
 
     # ---- running a function on every rank
 
-    def _place(self, me: _RankState, value, memo: dict):
+    def _place(self, me: _RankState, args):
         """Copy the harness's tensors onto this rank: they count on its ledger, and belong to it."""
-        if isinstance(value, torch.Tensor):
-            if id(value) not in memo:
-                with self.untracked(me):
-                    copy = value.detach().clone()
-                    if isinstance(value, torch.nn.Parameter):
-                        copy = torch.nn.Parameter(copy, requires_grad=value.requires_grad)
-                    elif value.requires_grad:
-                        copy.requires_grad_(True)
-                self.storage.adopt(copy.untyped_storage(), me.rank, "input placed on the rank by sim.run")
-                memo[id(value)] = copy
-            return memo[id(value)]
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(self._place(me, v, memo) for v in value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._place(me, v, memo) for v in value)
-        if isinstance(value, dict):
-            return type(value)((k, self._place(me, v, memo)) for k, v in value.items())
-        return value
+        def copy_tensor(t):
+            with self.untracked(me):
+                copy = private_copy(t)
+            self.storage.adopt(copy.untyped_storage(), me.rank, "input placed on the rank by sim.run")
+            return copy
+
+        return place_inputs(args, copy_tensor)
 
     def _rank_main(self, me: _RankState, fn, args) -> None:
         self._local.rank = me.rank
@@ -231,7 +215,7 @@ class World(_Matching):
             torch.set_num_threads(1)
             torch.set_rng_state(me.rng)
             with _RankMode(self, me):
-                placed = self._place(me, tuple(args), {})
+                placed = self._place(me, tuple(args))
                 me.result = fn(SimDist(self, me.rank), *placed)
                 self.ledgers[me.rank].close()  # what the rank holds as it returns, its inputs included
                 del placed
