@@ -44,23 +44,15 @@ def observe_submission(submission: Path, seed: int, out: Path, puzzle_ids=None) 
     """Child side: observe every puzzle of one submission and save {id: record} to `out`."""
     from . import runner
     from .notebook import notebook_target
-    from .result import ERROR as E
 
     def observe_all(folder: Path) -> dict:
         records = {}
         for spec in runner.select(puzzle_ids):
-            path = folder / spec.filename
-            with spec.run_context():
-                try:
-                    module = runner.load_module(path)
-                    obs = runner.observe(spec, module, spec.make_inputs(seed), seed)
-                    records[spec.id] = {"status": "observed", "observation": asdict(obs)}
-                except NotImplementedError as exc:
-                    records[spec.id] = {"status": NOT_ATTEMPTED, "error": f"not attempted ({exc})"}
-                except runner.TargetError as exc:
-                    records[spec.id] = {"status": NOT_ATTEMPTED if not path.exists() else E, "error": str(exc)}
-                except Exception as exc:
-                    records[spec.id] = {"status": E, "error": runner.describe_exception(exc, path)}
+            observed = runner.observe_file(spec, folder / spec.filename, spec.make_inputs(seed), seed)
+            if isinstance(observed, PuzzleResult):  # not attempted, or an error: nothing to grade
+                records[spec.id] = {"status": observed.status, "error": observed.error}
+            else:
+                records[spec.id] = {"status": "observed", "observation": asdict(observed)}
         return records
 
     if submission.suffix == ".ipynb":

@@ -670,7 +670,7 @@ def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", 
                  timeout: float | None = None, start_method=None, outcomes_out: list | None = None) -> list:
     """Grade the puzzle files of `folder` on real processes: one group per world size, each puzzle in turn."""
     from .result import ERROR, NOT_ATTEMPTED, PuzzleResult
-    from .runner import TargetError, grade_observation, load_module
+    from .runner import grade_observation, load_puzzle
 
     if world_size is not None:  # each puzzle's shards, inputs and budgets are sized for its own world size
         chosen = [s for s in specs if s.world_size == world_size]
@@ -682,20 +682,12 @@ def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", 
     results: dict[str, PuzzleResult] = {}
     runnable = []
     for spec in specs:
-        path = folder / spec.filename
         with spec.run_context():  # load once here too: a file that does not import fails here, with its message
-            try:
-                module = load_module(path)
-            except TargetError as exc:
-                status = NOT_ATTEMPTED if not path.exists() else ERROR
-                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, status, error=str(exc))
-                continue
-        missing = [e for e in spec.entries if not hasattr(module, e)]
-        if missing:
-            results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, ERROR,
-                                            error=f"{spec.filename} defines no {', '.join(missing)}")
-            continue
-        runnable.append(spec)
+            loaded = load_puzzle(spec, folder / spec.filename)
+        if isinstance(loaded, PuzzleResult):
+            results[spec.id] = loaded
+        else:
+            runnable.append(spec)
     for n in sorted({s.world_size for s in runnable}):
         group = [s for s in runnable if s.world_size == n]
         tasks = [PuzzleTask(s.id, str(folder / s.filename), seed) for s in group]

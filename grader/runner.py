@@ -65,11 +65,27 @@ def load_module(path: Path):
     return module
 
 
-def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
-    """Run the learner's code for one puzzle on the simulator and collect what it did."""
+def check_entries(spec: PuzzleSpec, module) -> None:
     missing = [e for e in spec.entries if not hasattr(module, e)]
     if missing:
         raise TargetError(f"{spec.filename} defines no {', '.join(missing)}")
+
+
+def load_puzzle(spec: PuzzleSpec, path: Path):
+    """The learner's module for `spec`, or the PuzzleResult that says why there is none (a missing file: not
+    attempted; one that does not import or lacks a function: an error). Call it inside spec.run_context()."""
+    try:
+        module = load_module(path)
+        check_entries(spec, module)
+        return module
+    except TargetError as exc:
+        status = NOT_ATTEMPTED if not path.exists() else ERROR
+        return PuzzleResult(spec.id, spec.name, spec.title, status, error=str(exc))
+
+
+def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
+    """Run the learner's code for one puzzle on the simulator and collect what it did."""
+    check_entries(spec, module)
     args, rank_args = spec.launch(inputs)
     result = sim.run(spec.program(module), spec.world_size, args=args, rank_args=rank_args, cost=spec.cost,
                      seed=seed, timeout=spec.timeout, library_files=[model.__file__], harness_files=HARNESS_FILES)
@@ -93,10 +109,10 @@ def grade_observation(spec: PuzzleSpec, obs: Observation, inputs: dict) -> Puzzl
                         obs.makespan, figures=figures_of(spec, obs, inputs))
 
 
-def grade_module(spec: PuzzleSpec, module, seed: int) -> PuzzleResult:
-    inputs = spec.make_inputs(seed)
+def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | PuzzleResult:
+    """Run the learner's code: what it did, or the PuzzleResult that says why there is nothing to grade."""
     try:
-        obs = observe(spec, module, inputs, seed)
+        return observe(spec, module, inputs, seed)
     except NotImplementedError as exc:
         return PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED,
                             error=f"not attempted ({exc or 'the stub still raises NotImplementedError'})")
@@ -105,7 +121,28 @@ def grade_module(spec: PuzzleSpec, module, seed: int) -> PuzzleResult:
     except Exception as exc:  # the learner's exception, or the simulator's (deadlock, mismatch, isolation, ...)
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR,
                             error=describe_exception(exc, getattr(module, "__file__", None)))
-    return grade_observation(spec, obs, inputs)
+
+
+def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int) -> Observation | PuzzleResult:
+    """Load one puzzle file and run it. The spec's run context covers the import too, so that what a puzzle
+    takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run."""
+    with spec.run_context():
+        module = load_puzzle(spec, path)
+        return module if isinstance(module, PuzzleResult) else observe_module(spec, module, inputs, seed)
+
+
+def _graded(spec: PuzzleSpec, observed, inputs: dict) -> PuzzleResult:
+    return observed if isinstance(observed, PuzzleResult) else grade_observation(spec, observed, inputs)
+
+
+def grade_module(spec: PuzzleSpec, module, seed: int) -> PuzzleResult:
+    inputs = spec.make_inputs(seed)
+    return _graded(spec, observe_module(spec, module, inputs, seed), inputs)
+
+
+def grade_file(spec: PuzzleSpec, path: Path, seed: int) -> PuzzleResult:
+    inputs = spec.make_inputs(seed)
+    return _graded(spec, observe_file(spec, path, inputs, seed), inputs)
 
 
 def grade_target(target, puzzle_ids=None, seed: int = 0, backend: str = "sim", **real_options) -> list[PuzzleResult]:
@@ -126,18 +163,6 @@ def grade_target(target, puzzle_ids=None, seed: int = 0, backend: str = "sim", *
         with notebook_target(path) as folder:
             return grade(folder, select(puzzle_ids))
     return grade(path, select(puzzle_ids))
-
-
-def grade_file(spec: PuzzleSpec, path: Path, seed: int) -> PuzzleResult:
-    """Load one puzzle file and grade it. The spec's run context covers the import too, so that what a puzzle
-    takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run."""
-    with spec.run_context():
-        try:
-            module = load_module(path)
-        except TargetError as exc:
-            status = NOT_ATTEMPTED if not path.exists() else ERROR
-            return PuzzleResult(spec.id, spec.name, spec.title, status, error=str(exc))
-        return grade_module(spec, module, seed)
 
 
 def select(puzzle_ids=None) -> list[PuzzleSpec]:
