@@ -23,14 +23,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader import runner  # noqa: E402
+from grader.backends.learner_code import load_module
+from grader.backends.simulator import observe
+from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS  # noqa: E402
 from puzzles.sim import CostModel  # noqa: E402
 
 
 def timed(ids) -> float:
     start = time.perf_counter()
-    results = runner.grade_target("solutions", ids, seed=0)
+    results = grade_target("solutions", ids, seed=0)
     elapsed = time.perf_counter() - start
     assert all(r.status == "pass" for r in results), [(r.id, r.status) for r in results]
     return elapsed
@@ -52,9 +54,9 @@ def observe_reference(pid: str, cost: CostModel | None = None):
     spec = copy.copy(SPECS[pid])
     if cost is not None:
         spec.cost = cost
-    module = runner.load_module(runner.REPO / "solutions" / spec.filename)
+    module = load_module(REPO / "solutions" / spec.filename)
     inputs = spec.make_inputs(0)
-    return spec, runner.observe(spec, module, inputs, 0)
+    return spec, observe(spec, module, inputs, 0)
 
 
 def exact_bubble(obs) -> Fraction:

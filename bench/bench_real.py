@@ -6,7 +6,7 @@
 
 For each puzzle, graded from solutions/ with the same seed:
 
-- sim, grade: `runner.grade_file` (load the file, make the inputs, run the ranks on the simulator, reference, checks).
+- sim, grade: `grade_file` (load the file, make the inputs, run the ranks on the simulator, reference, checks).
 - sim, ranks: `sim.run` alone (the rank program on the simulator).
 - gloo, grade (in a group): one puzzle's turn in a warm process group (`real.run_tasks`, several puzzles one after
   another): from the parent's go to every rank's report, plus the parent's reference and checks.
@@ -32,10 +32,18 @@ import time
 from pathlib import Path
 
 try:
-    from grader import real, runner
+    from grader.backends import real
+    from grader.backends.learner_code import load_module
+    from grader.backends.simulator import grade_file, observe
+    from grader.core.grading import grade_observation
+    from grader.frontends.targets import REPO, grade_target
 except ImportError:  # a checkout that was not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from grader import real, runner
+    from grader.backends import real
+    from grader.backends.learner_code import load_module
+    from grader.backends.simulator import grade_file, observe
+    from grader.core.grading import grade_observation
+    from grader.frontends.targets import REPO, grade_target
 
 import torch
 
@@ -52,9 +60,9 @@ def timed(fn):
 
 
 def sim_figures(spec, path: Path) -> tuple[float, float]:
-    grade_s, _ = timed(lambda: runner.grade_file(spec, path, SEED))
+    grade_s, _ = timed(lambda: grade_file(spec, path, SEED))
     with spec.run_context():
-        module = runner.load_module(path)
+        module = load_module(path)
         inputs = spec.make_inputs(SEED)
         args, rank_args = spec.launch(inputs)
         ranks_s, _ = timed(lambda: sim.run(spec.program(module), spec.world_size, args=args, rank_args=rank_args,
@@ -77,10 +85,10 @@ def gloo_in_group(specs, folder: Path) -> dict:
                 continue
             obs = real.observation(outcome.payloads)
             inputs = spec.make_inputs(SEED)
-            check_s, result = timed(lambda: runner.grade_observation(spec, obs, inputs))
+            check_s, result = timed(lambda: grade_observation(spec, obs, inputs))
             with spec.run_context():
-                module = runner.load_module(folder / spec.filename)
-            sim_obs = runner.observe(spec, module, inputs, SEED)
+                module = load_module(folder / spec.filename)
+            sim_obs = observe(spec, module, inputs, SEED)
             comparison = real.compare(sim_obs, obs)
             out[spec.id] = {"grade_s": outcome.wall_s + check_s, "ranks_s": max(p["run_s"] for p in outcome.payloads),
                             "status": result.status, "agree": comparison.agree,
@@ -91,7 +99,7 @@ def gloo_in_group(specs, folder: Path) -> dict:
 
 def wrong_answers(timeout: float) -> list[str]:
     """Every tests/wrong answer on both backends (one group per world size): status and failing checks."""
-    wrong = runner.REPO / "tests" / "wrong"
+    wrong = REPO / "tests" / "wrong"
     paths = sorted(wrong.glob("p*_*.py"))
     rows = ["| wrong answer | simulator | gloo | same? |", "| --- | --- | --- | --- |"]
     for n in sorted({SPECS[p.stem.split("_")[0]].world_size for p in paths}):
@@ -100,11 +108,11 @@ def wrong_answers(timeout: float) -> list[str]:
                                   timeout=timeout)
         for path, outcome in zip(group, outcomes):
             spec = SPECS[outcome.task.puzzle]
-            sim_result = runner.grade_file(spec, path, SEED)
+            sim_result = grade_file(spec, path, SEED)
             sim_failed = [c.name for c in sim_result.checks if not c.passed]
             sim_text = _verdict(sim_result.status, sim_failed)
             if outcome.ok:
-                result = runner.grade_observation(spec, real.observation(outcome.payloads), spec.make_inputs(SEED))
+                result = grade_observation(spec, real.observation(outcome.payloads), spec.make_inputs(SEED))
                 only = [c.name for c in result.checks if c.simulator_only]
                 failed = [c.name for c in result.checks if not c.passed]
                 gloo_text = _verdict(result.status, failed)
@@ -130,7 +138,7 @@ def main(argv=None) -> int:
     p.add_argument("--wrong", action="store_true", help="also grade every tests/wrong answer on both backends")
     args = p.parse_args(argv)
     specs = [SPECS[i] for i in args.puzzle] if args.puzzle else list(SPECS.values())
-    folder = runner.REPO / "solutions"
+    folder = REPO / "solutions"
     torch.set_num_threads(1)
 
     cold_s, _ = timed(lambda: real.run_tasks([real.PuzzleTask(specs[0].id, str(folder / specs[0].filename), SEED)],
@@ -148,7 +156,7 @@ def main(argv=None) -> int:
             g, r = sim_figures(spec, folder / spec.filename)
             rows[spec.id]["sim_grade"].append(g)
             rows[spec.id]["sim_ranks"].append(r)
-            command_s, _ = timed(lambda: runner.grade_target(folder, [spec.id], SEED, backend="torch"))
+            command_s, _ = timed(lambda: grade_target(folder, [spec.id], SEED, backend="torch"))
             rows[spec.id]["gloo_command"].append(command_s)
         for pid, figures in gloo_in_group(specs, folder).items():
             if "error" in figures:
@@ -184,15 +192,15 @@ def main(argv=None) -> int:
     if wrong_rows:
         print("\n".join(wrong_rows))
     if args.write:
-        out = runner.REPO / "bench" / "out"
+        out = REPO / "bench" / "out"
         out.mkdir(parents=True, exist_ok=True)
         (out / "real.json").write_text(json.dumps({"machine": machine, "cold_start_s": cold_s, "repeats": args.repeats,
                                                    "seconds": rows, "agree": {k: {x: v[x] for x in ("agree",
                                                    "max_rel_diff", "differences")} for k, v in agree.items()}},
                                                   indent=1))
-        path = runner.REPO / "bench" / "REAL_BACKEND.md"
+        path = REPO / "bench" / "REAL_BACKEND.md"
         path.write_text(render(table, machine, cold_s, args.repeats, "\n".join(wrong_rows)))
-        print(f"wrote {path.relative_to(runner.REPO)} and bench/out/real.json")
+        print(f"wrote {path.relative_to(REPO)} and bench/out/real.json")
     return 0
 
 

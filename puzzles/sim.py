@@ -18,22 +18,24 @@ How it works, in four ideas:
    buffer small messages, so an unsafe ordering fails every time instead of sometimes).
 3. **Each rank has its own memory.** Every op a rank runs is seen by a TorchDispatchMode: it records which rank
    owns each storage (an op that uses another rank's tensor raises IsolationError: data moves only by
-   communication) and charges new storages to the rank's memory ledger (sim_memory.py).
-4. **Each rank has a clock** with a compute and a communication stream (sim_clock.py). Compute costs FLOPs,
+   communication) and charges new storages to the rank's memory ledger (simulator/memory.py).
+4. **Each rank has a clock** with a compute and a communication stream (simulator/clock.py). Compute costs FLOPs,
    messages cost latency + bytes/bandwidth, a collective starts when its last participant arrives, an async op
    runs on the comm stream and `wait()` joins it to the compute stream. Ticks are integers.
 
-The simulator, file by file (read sim_collectives.py first to learn what each collective does):
+The simulator, file by file, in puzzles/simulator/ (read collectives.py first to learn what each collective does):
 
-    sim.py              this overview, `run` and what it returns
-    sim_collectives.py  what each collective does to the data, and the records the runtime matches
-    sim_types.py        the errors, ReduceOp, ProcessGroup, P2POp, Work
-    sim_dist.py         `dist`: the torch.distributed API as one rank sees it
-    sim_world.py        one run: the rank threads, the baton (idea 1), the supervisor
-    sim_matching.py     communication is matching (idea 2), and what a deadlock looks like
-    sim_mode.py         the dispatch mode that watches every op of a rank (ideas 3 and 4)
-    sim_memory.py       the memory ledger
-    sim_clock.py        the clock and the cost model
+    simulator/collectives.py  what each collective does to the data, and the records the runtime matches
+    simulator/types.py        the errors, ReduceOp, ProcessGroup, P2POp, Work
+    simulator/dist.py         `dist`: the torch.distributed API as one rank sees it
+    simulator/world.py        one run: the rank threads, the baton (idea 1), the supervisor
+    simulator/matching.py     communication is matching (idea 2), and what a deadlock looks like
+    simulator/mode.py         the dispatch mode that watches every op of a rank (ideas 3 and 4)
+    simulator/memory.py       the memory ledger
+    simulator/clock.py        the clock and the cost model
+
+A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
+(collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .sim_clock import CostModel, Event
-from .sim_memory import Ledger
-from .sim_types import (CollectiveMismatchError, DeadlockError,
-                        InFlightError, IsolationError, P2PMismatchError, P2POp, ProcessGroup, ReduceOp, SimError,
-                        TimeLimitError, UnmatchedError, Work)
-from .sim_world import World, _active
+from .simulator.clock import CostModel, Event
+from .simulator.memory import Ledger
+from .simulator.types import (CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
+                              P2PMismatchError, P2POp, ProcessGroup, ReduceOp, SimError, TimeLimitError,
+                              UnmatchedError, Work)
+from .simulator.world import World, _active
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",

@@ -5,11 +5,12 @@ import sys
 
 import pytest
 
-from grader import build, runner
-from grader.result import NOT_ATTEMPTED
+from grader.core.result import NOT_ATTEMPTED
+from grader.frontends import build, stubs
+from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
 
-ROOT = runner.REPO
+ROOT = REPO
 
 SOLUTION = '''"""A puzzle."""
 
@@ -34,7 +35,7 @@ class Opt:
 
 
 def test_stub_replaces_each_solution_region_with_not_implemented():
-    text = build.stub(SOLUTION, "p9_demo.py")
+    text = stubs.stub(SOLUTION, "p9_demo.py")
     assert "y = y * 2" not in text and "self.dist = dist" not in text
     assert '    raise NotImplementedError("p9: write step")\n' in text
     assert '        raise NotImplementedError("p9: write Opt.__init__")\n' in text
@@ -47,8 +48,8 @@ def test_stub_replaces_each_solution_region_with_not_implemented():
     SOLUTION.replace("    # BEGIN SOLUTION\n    y = y * 2", "    y = y * 2"),
 ])
 def test_unbalanced_markers_are_an_error(broken):
-    with pytest.raises(build.BuildError):
-        build.stub(broken, "p9_demo.py")
+    with pytest.raises(stubs.BuildError):
+        stubs.stub(broken, "p9_demo.py")
 
 
 def test_generated_files_are_up_to_date():
@@ -75,5 +76,5 @@ def test_fresh_stubs_grade_as_not_attempted(tmp_path):
     (tmp_path / "solutions").symlink_to(ROOT / "solutions")
     (tmp_path / "puzzles").mkdir()
     build.build(tmp_path)
-    results = runner.grade_target(tmp_path / "puzzles", seed=0)
+    results = grade_target(tmp_path / "puzzles", seed=0)
     assert [r.status for r in results] == [NOT_ATTEMPTED] * len(SPECS), [(r.id, r.error) for r in results]

@@ -4,9 +4,10 @@ import json
 import subprocess
 import sys
 
-from grader import cli, runner
+from grader.frontends import cli
+from grader.frontends.targets import REPO
 
-ROOT = runner.REPO
+ROOT = REPO
 
 
 def test_python_dash_m_grader_prints_the_documented_json():
@@ -30,7 +31,7 @@ def test_a_failing_answer_exits_1_and_names_the_check(capsys, monkeypatch):
 
 
 def test_puzzles_not_attempted_exit_0(capsys, tmp_path):
-    from grader import build
+    from grader.frontends import build
 
     (tmp_path / "solutions").symlink_to(ROOT / "solutions")
     (tmp_path / "puzzles").mkdir()

@@ -4,12 +4,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from grader import runner
-from grader.notebook import build_notebook, tagged_sources
-from grader.result import NOT_ATTEMPTED, PASS
+from grader.core.result import NOT_ATTEMPTED, PASS
+from grader.frontends.notebook_file import build_notebook, tagged_sources
+from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
 
-ROOT = runner.REPO
+ROOT = REPO
 
 
 def test_each_puzzle_has_its_story_a_tagged_stub_and_a_check_cell():
@@ -59,7 +59,7 @@ def test_grading_a_notebook_takes_its_tagged_cells(tmp_path):
     solved = tmp_path / "solved.ipynb"
     nbformat.write(build_notebook(ROOT, solved=True), str(solved))
     assert set(tagged_sources(solved)) >= set(SPECS)
-    assert [r.status for r in runner.grade_target(solved, seed=0)] == [PASS] * len(SPECS)
+    assert [r.status for r in grade_target(solved, seed=0)] == [PASS] * len(SPECS)
     stubs = tmp_path / "stubs.ipynb"
     nbformat.write(build_notebook(ROOT), str(stubs))
-    assert [r.status for r in runner.grade_target(stubs, seed=0)] == [NOT_ATTEMPTED] * len(SPECS)
+    assert [r.status for r in grade_target(stubs, seed=0)] == [NOT_ATTEMPTED] * len(SPECS)

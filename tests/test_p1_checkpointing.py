@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch.utils.checkpoint as torch_checkpoint
 
-from grader import runner
-from grader.result import ERROR
+from grader.backends.simulator import grade_file, grade_module
+from grader.core.result import ERROR
 from grader.specs import SPECS
 
 WRONG = Path(__file__).parent / "wrong" / "p1_uses_torch_checkpoint.py"
@@ -15,7 +15,7 @@ WRONG = Path(__file__).parent / "wrong" / "p1_uses_torch_checkpoint.py"
 def test_torch_checkpoint_is_restored_after_grading():
     before = (torch_checkpoint.checkpoint, torch_checkpoint.checkpoint_sequential,
               torch_checkpoint.CheckpointFunction)
-    result = runner.grade_file(SPECS["p1"], WRONG, seed=0)
+    result = grade_file(SPECS["p1"], WRONG, seed=0)
     assert result.status == ERROR
     assert (torch_checkpoint.checkpoint, torch_checkpoint.checkpoint_sequential,
             torch_checkpoint.CheckpointFunction) == before
@@ -33,6 +33,6 @@ def test_a_checkpoint_bound_before_grading_is_refused_too():
     module.__dict__.update(namespace)
     spec = SPECS["p1"]
     with spec.run_context():
-        result = runner.grade_module(spec, module, seed=0)
+        result = grade_module(spec, module, seed=0)
     assert result.status == ERROR
     assert "the puzzle is to write activation checkpointing by hand" in result.error

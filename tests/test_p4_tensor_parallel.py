@@ -6,8 +6,10 @@ import textwrap
 
 import pytest
 
-from grader import runner
-from grader.result import FAIL, PASS
+from grader.backends.learner_code import load_module
+from grader.backends.simulator import grade_file, observe
+from grader.core.result import FAIL, PASS
+from grader.frontends.targets import REPO
 from grader.specs import SPECS
 from grader.specs import p4_tensor_parallel as p4
 
@@ -60,7 +62,7 @@ def answer(tmp_path, **changes):
     indent = {k: 8 for k in parts}
     source = TEMPLATE.format(**{k: textwrap.indent(v, " " * indent[k]) for k, v in parts.items()})
     (tmp_path / SPEC.filename).write_text(source)
-    return runner.grade_file(SPEC, tmp_path / SPEC.filename, seed=5)
+    return grade_file(SPEC, tmp_path / SPEC.filename, seed=5)
 
 
 @pytest.mark.parametrize("changes", [
@@ -117,7 +119,7 @@ def test_memory_budget_margins():
     """The reference sits well inside the budget and the naive answer (full weights) far outside it."""
     inputs = SPEC.make_inputs(0)
     budget = SPEC.budgets(inputs)["peak memory"].value
-    reference = runner.observe(SPEC, runner.load_module(runner.REPO / "solutions" / SPEC.filename), inputs, 0)
-    naive = runner.observe(SPEC, runner.load_module(runner.REPO / "tests" / "naive" / SPEC.filename), inputs, 0)
+    reference = observe(SPEC, load_module(REPO / "solutions" / SPEC.filename), inputs, 0)
+    naive = observe(SPEC, load_module(REPO / "tests" / "naive" / SPEC.filename), inputs, 0)
     assert max(reference.peak_bytes) <= 0.85 * budget
     assert min(naive.peak_bytes) >= 2 * budget

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from grader import runner
-from grader.spec import Observation
+from grader.backends.learner_code import load_module
+from grader.core.spec import Observation
+from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs.p5_gpipe import F_TICKS, MB, M, P, D
-from grader.specs.p6_one_f_one_b import ACT, B, WEIGHTS
+from grader.specs.p5_gpipe import F_TICKS, MB, D, M, P
+from grader.specs.p6_one_f_one_b import ACT, WEIGHTS, B
 from puzzles import model, sim
 from puzzles.sim import CostModel
 
-ROOT = runner.REPO
+ROOT = REPO
 GPIPE = ROOT / "solutions" / "p5_gpipe.py"
 ONE_F_ONE_B = ROOT / "solutions" / "p6_one_f_one_b.py"
 GPIPE_AS_P6 = ROOT / "tests" / "naive" / "p6_one_f_one_b.py"  # p5's solution, under p6's name
@@ -29,7 +30,7 @@ def observe(puzzle: str, path: Path, cost: CostModel | None = None) -> Observati
     spec = SPECS[puzzle]
     inputs = spec.make_inputs(0)
     args, rank_args = spec.launch(inputs)
-    result = sim.run(spec.program(runner.load_module(path)), spec.world_size, args=args, rank_args=rank_args,
+    result = sim.run(spec.program(load_module(path)), spec.world_size, args=args, rank_args=rank_args,
                      cost=cost or spec.cost, library_files=[model.__file__])
     return Observation.from_sim(result)
 

@@ -6,8 +6,10 @@ import types
 
 import torch
 
-from grader import runner
-from grader.result import PASS
+from grader.backends.learner_code import load_module
+from grader.backends.simulator import grade_module, observe
+from grader.core.result import PASS
+from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
 from grader.specs import p7_overlap as p7
 from puzzles.model import forward, loss_fn
@@ -16,7 +18,7 @@ SPEC = SPECS["p7"]
 
 
 def text():
-    return ast.get_docstring(ast.parse((runner.REPO / "solutions" / SPEC.filename).read_text()))
+    return ast.get_docstring(ast.parse((REPO / "solutions" / SPEC.filename).read_text()))
 
 
 def test_stated_costs_are_the_simulators():
@@ -28,18 +30,18 @@ def test_stated_costs_are_the_simulators():
 
 
 def test_reference_computes_exactly_the_compute_budget_and_hides_all_but_the_tail():
-    [result] = runner.grade_target("solutions", ["p7"], seed=0)
+    [result] = grade_target("solutions", ["p7"], seed=0)
     assert result.status == PASS
     inputs = SPEC.make_inputs(0)
-    module = runner.load_module(runner.REPO / "solutions" / SPEC.filename)
-    obs = runner.observe(SPEC, module, inputs, 0)
+    module = load_module(REPO / "solutions" / SPEC.filename)
+    obs = observe(SPEC, module, inputs, 0)
     assert [obs.busy_ticks(r) for r in range(p7.N)] == [p7.compute_ticks()] * p7.N
     assert obs.makespan - p7.compute_ticks() < p7.block_all_reduce_ticks()
 
 
 def test_naive_takes_compute_plus_all_communication():
-    module = runner.load_module(runner.REPO / "tests" / "naive" / SPEC.filename)
-    obs = runner.observe(SPEC, module, SPEC.make_inputs(0), 0)
+    module = load_module(REPO / "tests" / "naive" / SPEC.filename)
+    obs = observe(SPEC, module, SPEC.make_inputs(0), 0)
     assert obs.makespan == p7.compute_ticks() + 2 * p7.L * p7.weight_all_reduce_ticks() == 9344
 
 
@@ -65,5 +67,5 @@ def bucketed_step(dist, x_shard, target_shard, layers, lr):
 
 
 def test_one_bucket_per_block_passes_too():
-    result = runner.grade_module(SPEC, types.SimpleNamespace(overlapped_step=bucketed_step), seed=5)
+    result = grade_module(SPEC, types.SimpleNamespace(overlapped_step=bucketed_step), seed=5)
     assert result.status == PASS, [c.message for c in result.checks]

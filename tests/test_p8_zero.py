@@ -5,8 +5,10 @@ import types
 
 import torch
 
-from grader import runner
-from grader.result import PASS
+from grader.backends.learner_code import load_module
+from grader.backends.simulator import grade_module, observe
+from grader.core.result import PASS
+from grader.frontends.targets import REPO
 from grader.specs import SPECS
 from grader.specs import p8_zero as p8
 
@@ -23,8 +25,8 @@ def test_serial_adam_is_torch_adam():
 
 
 def test_zero2_optimizer_state_equals_the_formula_exactly():
-    module = runner.load_module(runner.REPO / "solutions" / SPEC.filename)
-    obs = runner.observe(SPEC, module, SPEC.make_inputs(0), 0)
+    module = load_module(REPO / "solutions" / SPEC.filename)
+    obs = observe(SPEC, module, SPEC.make_inputs(0), 0)
     assert [r["state_bytes"] for r in obs.results] == [24 * p8.PSI // p8.N] * p8.N == [49152] * 4
 
 
@@ -60,7 +62,7 @@ class AdamWithoutMaster:
 
 
 def test_sharded_adam_without_master_copy_passes():
-    result = runner.grade_module(SPEC, types.SimpleNamespace(ShardedAdam=AdamWithoutMaster), seed=2)
+    result = grade_module(SPEC, types.SimpleNamespace(ShardedAdam=AdamWithoutMaster), seed=2)
     assert result.status == PASS, [c.message for c in result.checks]
     state = next(c for c in result.checks if c.name == "optimizer state")
     assert state.measured == 16 * p8.PSI // p8.N

@@ -1,4 +1,4 @@
-"""The plots (grader/plots.py): each function draws the artists its data calls for. Assertions are on the figure
+"""The plots (grader/frontends/plots/): each function draws the artists its data calls for. Assertions are on the figure
 objects (bars, lines, texts, legends), never on pixels; one real result (p3's reference, seed 0) and synthetic
 figures data (a pipeline with microbatch labels, a recompute, and an all-reduce overlapped with the backward)."""
 
@@ -8,8 +8,9 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from grader import plots, runner
-from grader.result import ERROR, PASS, PuzzleResult
+from grader.core.result import ERROR, PASS, PuzzleResult
+from grader.frontends import plots
+from grader.frontends.targets import grade_target
 
 MiB = 1 << 20
 
@@ -19,7 +20,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def p3():
-    [result] = runner.grade_target("solutions", ["p3"], seed=0)
+    [result] = grade_target("solutions", ["p3"], seed=0)
     assert result.status == PASS and result.figures
     return result
 

@@ -5,13 +5,13 @@ import ast
 
 import pytest
 
-from grader import runner
-from grader.result import fmt
+from grader.core.result import fmt
+from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
 
 def docstring(spec):
-    return ast.get_docstring(ast.parse((runner.REPO / "solutions" / spec.filename).read_text()))
+    return ast.get_docstring(ast.parse((REPO / "solutions" / spec.filename).read_text()))
 
 
 @pytest.mark.parametrize("puzzle", list(SPECS))

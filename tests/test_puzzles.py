@@ -6,15 +6,16 @@ with the same feedback as `python -m grader`. Run one puzzle with `pytest -k p3`
 
 import pytest
 
-from grader import report, runner
-from grader.result import NOT_ATTEMPTED, PASS
+from grader.core import report
+from grader.core.result import NOT_ATTEMPTED, PASS
+from grader.frontends.targets import grade_target
 from grader.specs import SPECS
 
 
 @pytest.mark.parametrize("puzzle", list(SPECS))
 def test_puzzle(puzzle, request, grading_seed):
     target = request.config.getoption("--target")
-    [result] = runner.grade_target(target, [puzzle], grading_seed)
+    [result] = grade_target(target, [puzzle], grading_seed)
     if result.status == NOT_ATTEMPTED:
         pytest.skip(f"{puzzle} {result.title}: {result.error}")
     if result.status != PASS:

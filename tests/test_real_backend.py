@@ -1,4 +1,4 @@
-"""The real backend (grader/real.py, grader/launch.py): the same answers on real torch.distributed processes.
+"""The real backend (grader/backends/real/, grader/frontends/launch.py): the same answers on real torch.distributed processes.
 
 What these tests hold the project to:
 - every reference solution passes on gloo processes, with each puzzle's own world size;
@@ -24,16 +24,21 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-
-from grader import cli, real, runner
-from grader.result import ERROR, NOT_ATTEMPTED, PASS
-from grader.specs import SPECS
 from real_backend_helpers import rank_dies, rank_raises, ranks_mismatch
+
+from grader.backends import real
+from grader.backends.learner_code import load_module
+from grader.backends.simulator import observe
+from grader.core.grading import grade_observation
+from grader.core.result import ERROR, NOT_ATTEMPTED, PASS
+from grader.frontends import cli
+from grader.frontends.targets import REPO, grade_target
+from grader.specs import SPECS
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with gloo is not available")
 
-REPO = runner.REPO
+REPO = REPO
 SEED = 0
 
 
@@ -62,10 +67,10 @@ def grade_on_both(folder: Path):
         assert outcome.ok, f"{spec.id} on gloo: {outcome.error}"
         assert not any(alive(pid) for pid in outcome.pids)
         with spec.run_context():
-            module = runner.load_module(folder / spec.filename)
+            module = load_module(folder / spec.filename)
         inputs = spec.make_inputs(SEED)
-        sim_obs = runner.observe(spec, module, inputs, SEED)
-        rows.append((spec, result, runner.grade_observation(spec, sim_obs, inputs), sim_obs,
+        sim_obs = observe(spec, module, inputs, SEED)
+        rows.append((spec, result, grade_observation(spec, sim_obs, inputs), sim_obs,
                      real.observation(outcome.payloads)))
     return rows
 
@@ -151,7 +156,7 @@ def test_a_rank_that_raises_dies_or_mismatches_is_named_and_nothing_is_left_runn
 
 def test_a_stub_is_not_attempted_on_gloo_too(tmp_path):
     (tmp_path / "p3_data_parallel.py").write_text((REPO / "puzzles" / "p3_data_parallel.py").read_text())
-    [result] = runner.grade_target(tmp_path, ["p3"], SEED, backend="torch")
+    [result] = grade_target(tmp_path, ["p3"], SEED, backend="torch")
     if "NotImplementedError" in (REPO / "puzzles" / "p3_data_parallel.py").read_text():
         assert result.status == NOT_ATTEMPTED, result.error
     else:  # someone solved the stub in this checkout

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import report, runner
-from grader.result import FAIL, PASS
+from grader.backends.learner_code import load_module
+from grader.core import report
+from grader.core.result import FAIL, PASS
+from grader.frontends.targets import grade_target
 from grader.specs import SPECS
 
 NAIVE = Path(__file__).parent / "naive"
@@ -16,7 +18,7 @@ NAIVE = Path(__file__).parent / "naive"
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("puzzle", list(SPECS))
 def test_reference_solution_passes(puzzle, seed):
-    [result] = runner.grade_target("solutions", [puzzle], seed)
+    [result] = grade_target("solutions", [puzzle], seed)
     assert result.status == PASS, report.pytest_message(result, seed)
 
 
@@ -26,9 +28,9 @@ def test_naive_answer_fails_the_intended_check(puzzle):
     message or diagnosis must contain)."""
     path = NAIVE / SPECS[puzzle].filename
     assert path.exists(), f"{puzzle} has no naive answer at {path}"
-    naive = runner.load_module(path)
+    naive = load_module(path)
     expected_failures, diagnosis = naive.EXPECTED_FAILURES, naive.DIAGNOSIS
-    [result] = runner.grade_target(NAIVE, [puzzle], seed=3)
+    [result] = grade_target(NAIVE, [puzzle], seed=3)
     assert result.status == FAIL, report.pytest_message(result, 3)
     failed = {c.name: c for c in result.checks if not c.passed}
     assert set(failed) == expected_failures, report.pytest_message(result, 3)

@@ -8,10 +8,9 @@ import traceback
 
 import pytest
 import torch
+from sim_helpers import site_in
 
 from puzzles import sim
-
-from sim_helpers import site_in
 
 NOWHERE = torch.ones(3, dtype=torch.float64)  # made at import time: it lives on no rank
 

@@ -3,11 +3,10 @@
 
 import torch
 import torch.nn.functional as F
+from sim_helpers import site_in
 from torch.testing import assert_close
 
 from puzzles import sim
-
-from sim_helpers import site_in
 
 F64 = 8  # bytes per float64
 B, D, H = 64, 16, 32  # batch, model width, hidden width of the MLP

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import report, runner
-from grader.result import FAIL
+from grader.backends.learner_code import load_module
+from grader.backends.simulator import grade_file
+from grader.core import report
+from grader.core.result import FAIL
 from grader.specs import SPECS
 
 WRONG = sorted((Path(__file__).parent / "wrong").glob("p*_*.py"))
@@ -17,8 +19,8 @@ WRONG = sorted((Path(__file__).parent / "wrong").glob("p*_*.py"))
 @pytest.mark.parametrize("path", WRONG, ids=[p.stem for p in WRONG])
 def test_wrong_answer_is_caught_and_named(path):
     spec = SPECS[path.stem.split("_")[0]]
-    answer = runner.load_module(path)
-    result = runner.grade_file(spec, path, seed=7)
+    answer = load_module(path)
+    result = grade_file(spec, path, seed=7)
     message = report.pytest_message(result, 7)
     expected_status = getattr(answer, "EXPECTED_STATUS", FAIL)
     assert result.status == expected_status, message

@@ -1,12 +1,19 @@
-"""One module per puzzle, each defining `SPEC`; adding a puzzle is adding a module here and a solution."""
+"""The puzzles' specs: one module per puzzle, each defining `SPEC` (a core.spec.PuzzleSpec).
+
+    p1_checkpointing.py ... p8_zero.py   inputs from a seed, the serial reference, what each rank runs, the
+                                         budgets (formulas with their numbers) and the checks with their diagnoses
+
+A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
+(an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.
+"""
 
 from __future__ import annotations
 
 import importlib
-import re
 import pkgutil
+import re
 
-from ..spec import PuzzleSpec
+from ..core.spec import PuzzleSpec
 
 
 def _discover() -> dict[str, PuzzleSpec]:
@@ -19,3 +26,13 @@ def _discover() -> dict[str, PuzzleSpec]:
 
 
 SPECS = _discover()
+
+
+def select(puzzle_ids=None) -> list[PuzzleSpec]:
+    """The specs of `puzzle_ids` (all of them when empty), in the order given."""
+    if not puzzle_ids:
+        return list(SPECS.values())
+    unknown = [p for p in puzzle_ids if p not in SPECS]
+    if unknown:
+        raise KeyError(f"unknown puzzle(s) {unknown}; known: {list(SPECS)}")
+    return [SPECS[p] for p in puzzle_ids]

@@ -15,10 +15,10 @@ import torch.utils.checkpoint as torch_checkpoint
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
-from ..compare import ratio, values_check
-from ..probe import memory_now
-from ..result import Budget, Check, fmt
-from ..spec import Observation, PuzzleSpec
+from ..core.compare import ratio, values_check
+from ..core.probe import memory_now
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation, PuzzleSpec
 
 B, D, H, L, K = 256, 32, 128, 16, 4
 BYTES = 8  # float64

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import weakref
 
-from ..probe import memory_now
-from ..result import Budget, Check, fmt
-from ..spec import Observation
+from ..core.probe import memory_now
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation
 from .p1_checkpointing import (A, C, L, W, WORKSPACE, Checkpointing, gradients_check, loss_and_backward,
                                output_check, peak_check)
 

@@ -7,9 +7,9 @@ import torch
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
-from ..compare import ratio
-from ..result import Budget, Check, fmt
-from ..spec import Observation, PuzzleSpec, check_layers
+from ..core.compare import ratio
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation, PuzzleSpec, check_layers
 
 N, B, D, H, L, LR = 4, 32, 64, 256, 4, 0.1
 

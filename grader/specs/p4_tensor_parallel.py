@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
-from ..compare import values_check
-from ..result import Budget, Check, fmt
-from ..spec import Observation, PuzzleSpec
+from ..core.compare import values_check
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation, PuzzleSpec
 
 N, B, D, H, L = 4, 32, 64, 512, 3
 HS = H // N  # hidden columns per rank

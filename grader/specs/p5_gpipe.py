@@ -13,9 +13,9 @@ import torch
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
-from ..compare import ratio, values_check
-from ..result import Budget, Check, fmt
-from ..spec import Observation, PuzzleSpec
+from ..core.compare import ratio, values_check
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation, PuzzleSpec
 
 P, M, B, D, H, L = 4, 8, 64, 64, 256, 8
 PER = L // P  # blocks per stage

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..result import Budget, Check, fmt
-from ..spec import Observation
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation
 from .p5_gpipe import B, D, H, MB, M, P, PER, PipelineSpec
 
 WEIGHTS = PER * 2 * D * H * 8  # this stage's weights; their gradients are as many bytes again

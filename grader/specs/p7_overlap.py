@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from puzzles.sim import CostModel
 
-from ..result import Budget, Check, fmt
-from ..spec import Observation
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation
 from .p3_data_parallel import D, H, L, N, B, DataParallel
 
 ROWS = B // N  # b: rows per rank

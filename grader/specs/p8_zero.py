@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from grader import probe
+from ..core import probe
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
-from ..result import Budget, Check, fmt
-from ..spec import Observation, PuzzleSpec, check_layers
+from ..core.result import Budget, Check, fmt
+from ..core.spec import Observation, PuzzleSpec, check_layers
 
 N, B, D, H, L, K_STEPS = 4, 32, 32, 64, 2, 3
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8

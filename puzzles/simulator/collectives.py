@@ -1,7 +1,7 @@
 """What each collective does to the data: read this file to learn what an all-reduce is.
 
 Every rank of a group calls the same collective with its own tensors. When the last of them arrives, the runtime
-(sim_matching.py) hands one function below the calls of every rank, in rank order, and the function moves the
+(matching.py) hands one function below the calls of every rank, in rank order, and the function moves the
 data by plain tensor copies. Say three ranks hold a, b and c:
 
     all_reduce              [a]        [b]        [c]         ->  [a+b+c]    [a+b+c]    [a+b+c]
@@ -10,7 +10,7 @@ data by plain tensor copies. Say three ranks hold a, b and c:
     broadcast (from rank 0) [a]        [.]        [.]         ->  [a]        [a]        [a]
 
 An all-reduce is a reduce-scatter followed by an all-gather: that is how the ring algorithm of NCCL and gloo runs
-it, and why it costs twice the traffic of either (sim_clock.py has the costs).
+it, and why it costs twice the traffic of either (clock.py has the costs).
 
 The records at the end are what the runtime matches: `_Call` (what one rank brought to a collective),
 `_Collective` (one collective in progress, with the ranks that have arrived) and `_P2P` (a posted send or recv).
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sim_types import ProcessGroup, ReduceOp, Work, _desc
+from .types import ProcessGroup, ReduceOp, Work, _desc
 
 
 # --------------------------------------------------------------------------------------------------------------

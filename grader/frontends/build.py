@@ -1,8 +1,9 @@
 """`python -m grader build`: the learner's files, generated from the reference solutions.
 
 `solutions/pN_*.py` is the single source. Each region between a `# BEGIN SOLUTION` line and an
-`# END SOLUTION` line (the nbgrader convention) becomes one `raise NotImplementedError(...)` line in the
-stub `puzzles/pN_*.py`; everything else (the story, the signature, the imports) is copied as is.
+`# END SOLUTION` line (the nbgrader convention, stubs.py) becomes one `raise NotImplementedError(...)` line in the
+stub `puzzles/pN_*.py`; everything else (the story, the signature, the imports) is copied as is. The notebook's
+cells come from the same files (notebook_file.py).
 
 Each stub records a digest of its own body, so that `--check` can tell a stale stub (generated from an older
 solution: an error) from one the learner has been editing (left alone).
@@ -10,69 +11,13 @@ solution: an error) from one the learner has been editing (left alone).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from pathlib import Path
 
 import nbformat
 
-BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
-HEADER = ("# Generated from solutions/{name} by `python -m grader build`: fill in the code marked "
-          "NotImplementedError, then run `python -m grader`. (stub digest {digest})\n")
-_DIGEST = re.compile(r"\(stub digest ([0-9a-f]{12})\)")
-_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
-
-
-class BuildError(Exception):
-    pass
-
-
-def stub_body(source: str, name: str) -> str:
-    """The solution with every solution region replaced by a NotImplementedError naming what to write
-    ("p4: write CopyToTensorParallel.backward")."""
-    out, inside, current = [], False, None
-    scopes: list[tuple[int, str]] = []  # (indent, name) of the enclosing defs and classes
-    puzzle = name.split("_", 1)[0]
-    for number, line in enumerate(source.splitlines(keepends=True), 1):
-        mark = line.strip()
-        if not inside:
-            m = _DEF.match(line)
-            if m:
-                indent = len(line) - len(line.lstrip())
-                scopes = [(i, n) for i, n in scopes if i < indent] + [(indent, m.group(1))]
-                current = ".".join(n for _, n in scopes)
-        if mark == BEGIN:
-            if inside:
-                raise BuildError(f"{name}:{number}: {BEGIN} inside another solution region")
-            inside = True
-            indent = line[: len(line) - len(line.lstrip())]
-            out.append(f'{indent}raise NotImplementedError("{puzzle}: write {current}")\n')
-        elif mark == END:
-            if not inside:
-                raise BuildError(f"{name}:{number}: {END} without {BEGIN}")
-            inside = False
-        elif not inside:
-            out.append(line)
-    if inside:
-        raise BuildError(f"{name}: {BEGIN} is never closed")
-    return "".join(out)
-
-
-def digest(body: str) -> str:
-    return hashlib.sha256(body.encode()).hexdigest()[:12]
-
-
-def stub(source: str, name: str) -> str:
-    body = stub_body(source, name)
-    return HEADER.format(name=name, digest=digest(body)) + body
-
-
-def learner_edited(text: str) -> bool:
-    """True when a generated stub no longer matches the digest it was written with."""
-    first, _, body = text.partition("\n")
-    m = _DIGEST.search(first)
-    return m is None or digest(body) != m.group(1)
+from .notebook_file import build_notebook
+from .stubs import digest, learner_edited, stub
 
 
 def planned_files(root: Path) -> dict[Path, str]:
@@ -93,8 +38,6 @@ def cells_digest(nb) -> str:
 
 
 def notebook_text(root: Path) -> str:
-    from .notebook import build_notebook
-
     nb = build_notebook(root)
     nb.metadata["puzzles"] = {"generated_from": "solutions/", "cells_digest": cells_digest(nb)}
     return nbformat.writes(nb) + "\n"

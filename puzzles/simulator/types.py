@@ -1,7 +1,7 @@
 """The vocabulary of the simulated runtime: its errors, and the torch.distributed objects that `dist` hands out.
 
 The errors each name the ranks involved and the learner's lines. `ReduceOp`, `ProcessGroup`, `P2POp` and `Work`
-mirror their torch.distributed namesakes. Nothing here runs a rank: the world of a run is in sim_world.py.
+mirror their torch.distributed namesakes. Nothing here runs a rank: the world of a run is in world.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .sim_world import World
+    from .world import World
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The dispatch mode: every aten op a simulated rank runs passes through `_RankMode.__torch_dispatch__`.
 
 There the op is checked (a tensor that lives on another rank raises IsolationError; one that an async op has not
-released yet raises InFlightError), the storages it makes are charged to the rank's memory ledger (sim_memory.py),
-and its FLOPs advance the rank's compute clock (sim_clock.py).
+released yet raises InFlightError), the storages it makes are charged to the rank's memory ledger (memory.py),
+and its FLOPs advance the rank's compute clock (clock.py).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .sim_clock import follow_labels, op_flops, phase
-from .sim_types import IsolationError
+from .clock import follow_labels, op_flops, phase
+from .types import IsolationError
 
 if TYPE_CHECKING:
-    from .sim_world import World, _RankState
+    from .world import World, _RankState
 
 
 # --------------------------------------------------------------------------------------------------------------

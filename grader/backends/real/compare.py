@@ -11,7 +11,7 @@ import torch
 
 
 
-from .real_tracker import PLACED_SITE
+from .tracker import PLACED_SITE
 
 # --------------------------------------------------------------------------------------------------------------
 # The simulator and the real backend, side by side: does the simulator mean the same thing?

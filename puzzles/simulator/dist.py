@@ -1,7 +1,7 @@
 """`dist`: the torch.distributed API as one rank sees it.
 
-Each method checks its arguments, describes the call (a `_Call` that names its function in sim_collectives.py, or
-a send or recv) and hands it to the world (sim_matching.py), which matches it with the other ranks' calls.
+Each method checks its arguments, describes the call (a `_Call` that names its function in collectives.py, or
+a send or recv) and hands it to the world (matching.py), which matches it with the other ranks' calls.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .sim_collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _broadcast, _Call, _nothing,
+from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _broadcast, _Call, _nothing,
                               _reduce_scatter_tensor)
-from .sim_types import NON_GROUP_MEMBER, P2POp, ProcessGroup, ReduceOp, Work, _desc, _reduce_op
+from .types import NON_GROUP_MEMBER, P2POp, ProcessGroup, ReduceOp, Work, _desc, _reduce_op
 
 if TYPE_CHECKING:
-    from .sim_world import World
+    from .world import World
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ run fails and says why. A supervisor in the caller's thread stops a rank that co
 communicating.
 
 `World` inherits its communication methods (matching sends with recvs, and the ranks of a collective) from
-sim_matching.py. The dispatch mode that watches each rank's ops is in sim_mode.py, and the `dist` that each rank's
-`fn` receives in sim_dist.py.
+matching.py. The dispatch mode that watches each rank's ops is in mode.py, and the `dist` that each rank's
+`fn` receives in dist.py.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import time
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .sim_clock import CostModel, RankClock
-from .sim_collectives import _Collective, _P2P
-from .sim_dist import SimDist
-from .sim_matching import _Matching
-from .sim_memory import Ledger, SiteFinder, StorageTracker, describe_frame, place_inputs, private_copy
-from .sim_mode import _RankMode
-from .sim_types import ProcessGroup, TimeLimitError, UnmatchedError, Work, _Abort, _desc
+from .clock import CostModel, RankClock
+from .collectives import _Collective, _P2P
+from .dist import SimDist
+from .matching import _Matching
+from .memory import Ledger, SiteFinder, StorageTracker, describe_frame, place_inputs, private_copy
+from .mode import _RankMode
+from .types import ProcessGroup, TimeLimitError, UnmatchedError, Work, _Abort, _desc
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 
+from ..core import report
+from ..core.grading import fresh_seed
+from ..core.result import ERROR, FAIL
 from . import build as build_mod
-from . import report, runner
-from .result import ERROR, FAIL
-
-
-def fresh_seed() -> int:
-    return secrets.randbelow(1_000_000)
+from .targets import REPO, grade_target
 
 
 def cmd_check(args) -> int:
@@ -25,7 +22,7 @@ def cmd_check(args) -> int:
         print("error: --world-size and --timeout go with --backend torch", file=sys.stderr)
         return 2
     try:
-        results = runner.grade_target(args.target, args.puzzle, seed, args.backend, **options)
+        results = grade_target(args.target, args.puzzle, seed, args.backend, **options)
     except (FileNotFoundError, KeyError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
@@ -42,7 +39,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_build(args) -> int:
-    root = runner.REPO
+    root = REPO
     if args.check:
         problems = build_mod.stale(root)
         for p in problems:

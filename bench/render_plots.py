@@ -1,7 +1,7 @@
 """Render the plots of every puzzle's reference solution and naive answer, to look at them.
 
-    .venv/bin/python tools/render_plots.py                 # all puzzles, into out/plots/
-    .venv/bin/python tools/render_plots.py -p p3 p6 --seed 1 --out /tmp/plots
+    .venv/bin/python bench/render_plots.py                 # all puzzles, into out/plots/
+    .venv/bin/python bench/render_plots.py -p p3 p6 --seed 1 --out /tmp/plots
 
 For each puzzle it grades solutions/ and tests/naive/ and writes
     out/plots/solutions/pN_memory.png, pN_schedule.png
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     _load_specs()
-    from grader import plots
-    from grader.runner import grade_file
+    from grader.backends.simulator import grade_file
+    from grader.frontends import plots
     from grader.specs import SPECS
 
     out = Path(args.out)

@@ -2,14 +2,14 @@
 each collective.
 
 A call posts what the rank brings and gets a `Work` handle back. When its partners have posted theirs (the
-matching recv; the last rank of the group), the data moves (sim_collectives.py for a collective, one copy for a
-send), the ranks' communication clocks advance by what the message costs (sim_clock.py), and the handles are
-done. A rank that needs the result waits on its handle: `wait()` passes the baton on (sim_world.py) until then.
+matching recv; the last rank of the group), the data moves (collectives.py for a collective, one copy for a
+send), the ranks' communication clocks advance by what the message costs (clock.py), and the handles are
+done. A rank that needs the result waits on its handle: `wait()` passes the baton on (world.py) until then.
 
 When every rank that has not returned waits and none can ever proceed, `_stuck_error` says why: each rank's
 pending call, or two sets of ranks stuck in collectives that can never meet.
 
-`_Matching` is a mixin: `World` (sim_world.py) inherits these methods and holds the state they use (`open`,
+`_Matching` is a mixin: `World` (world.py) inherits these methods and holds the state they use (`open`,
 `sends`, `recvs`, `ranks`, ...).
 """
 
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .sim_clock import Event
-from .sim_collectives import _Call, _Collective, _P2P
-from .sim_clock import phase
-from .sim_mode import _tensors_in, _tensors_out
-from .sim_types import (NON_GROUP_MEMBER, CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
+from .clock import Event
+from .collectives import _Call, _Collective, _P2P
+from .clock import phase
+from .mode import _tensors_in, _tensors_out
+from .types import (NON_GROUP_MEMBER, CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
                         P2PMismatchError, ProcessGroup, SimError, Work, _Abort, _desc)
 
 if TYPE_CHECKING:
-    from .sim_world import _RankState
+    from .world import _RankState
 
 
 def _span(t: torch.Tensor):

@@ -1,7 +1,7 @@
 """The memory ledger: how many bytes each rank holds, over simulated time, and who allocated them.
 
 A tensor is a view onto a *storage*, the block of memory that really costs bytes. The runtime watches every op a
-rank runs (a TorchDispatchMode, see sim_mode.py) and registers each storage the op materialises: activations,
+rank runs (a TorchDispatchMode, see mode.py) and registers each storage the op materialises: activations,
 tensors autograd saves for backward, gradient buffers, recomputed activations, buffers that messages are
 received into. Views (slices, transposes, `.detach()`) and in-place ops make no new storage, so they cost
 nothing. When the last reference to a storage goes, a finalizer takes its bytes off the ledger.
@@ -23,10 +23,10 @@ import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SIM_FILES = {os.path.join(_HERE, f) for f in ("sim.py", "sim_types.py", "sim_collectives.py", "sim_dist.py",
-                                                 "sim_world.py", "sim_matching.py", "sim_mode.py", "sim_memory.py",
-                                                 "sim_clock.py")}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The simulator's own files: this folder, and sim.py beside it (the entry point).
+_SIM_FILES = {os.path.join(_HERE, f) for f in os.listdir(_HERE) if f.endswith(".py")} | {
+    os.path.join(os.path.dirname(_HERE), "sim.py")}
 
 
 class SiteFinder:

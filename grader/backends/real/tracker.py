@@ -1,6 +1,6 @@
 """The tracker each real process runs: the simulator's memory ledger and FLOP count, and the communication
 it sees (c10d's collectives are dispatcher ops), so that real processes are measured like simulated ranks.
-See real.py for the whole picture."""
+See this folder's __init__.py for the whole picture."""
 
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from puzzles.sim_clock import CostModel, Event, RankClock, follow_labels, op_flops, phase
-from puzzles.sim_memory import Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
+from puzzles.simulator.clock import CostModel, Event, RankClock, follow_labels, op_flops, phase
+from puzzles.simulator.memory import Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
 
 
 PLACED_SITE = "input placed on the rank by the launcher"

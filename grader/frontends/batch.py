@@ -25,9 +25,12 @@ from pathlib import Path
 
 import torch
 
-from .result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
-from .spec import Observation
-from .specs import SPECS
+from ..backends.simulator import observe_file
+from ..core.grading import grade_observation
+from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
+from ..core.spec import Observation
+from ..specs import SPECS, select
+from .notebook_file import notebook_target
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -42,13 +45,10 @@ def submissions_in(folder: Path) -> list[Path]:
 
 def observe_submission(submission: Path, seed: int, out: Path, puzzle_ids=None) -> None:
     """Child side: observe every puzzle of one submission and save {id: record} to `out`."""
-    from . import runner
-    from .notebook import notebook_target
-
     def observe_all(folder: Path) -> dict:
         records = {}
-        for spec in runner.select(puzzle_ids):
-            observed = runner.observe_file(spec, folder / spec.filename, spec.make_inputs(seed), seed)
+        for spec in select(puzzle_ids):
+            observed = observe_file(spec, folder / spec.filename, spec.make_inputs(seed), seed)
             if isinstance(observed, PuzzleResult):  # not attempted, or an error: nothing to grade
                 records[spec.id] = {"status": observed.status, "error": observed.error}
             else:
@@ -100,8 +100,6 @@ def grade_submission(submission: Path, seed: int, timeout: float, memory_mb: int
         except Exception as exc:  # something that is not tensors and plain data
             row["error"] = f"the submission produced data the grader will not load ({type(exc).__name__})"
             return _finish(row, started)
-    from .runner import select
-
     row["puzzles"] = [verdict(spec, records.get(spec.id), seed) for spec in select(puzzle_ids)]
     return _finish(row, started)
 
@@ -111,8 +109,6 @@ def verdict(spec, record, seed: int) -> PuzzleResult:
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error="no record for this puzzle")
     if record["status"] != "observed":
         return PuzzleResult(spec.id, spec.name, spec.title, record["status"], error=str(record.get("error", "")))
-    from .runner import grade_observation
-
     try:
         obs = Observation(**record["observation"])
         return grade_observation(spec, obs, spec.make_inputs(seed))

@@ -70,7 +70,7 @@ class PuzzleSpec:
     cost = CostModel()
     timeout = 60.0
     hints: tuple[str, ...] = ()
-    simulator_only: tuple[str, ...] = ()  # names of the checks only the simulated clock can make (see real.py)
+    simulator_only: tuple[str, ...] = ()  # names of the checks only the simulated clock can make (see backends/real/)
 
     @property
     def filename(self) -> str:

@@ -1,0 +1,64 @@
+"""From the payloads of a real group to an Observation, and grading a folder on real processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...core.grading import grade_observation
+from ...core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
+from ...core.spec import Observation
+from ..learner_code import load_puzzle
+from .group import run_tasks
+from .rank import PuzzleTask
+
+# --------------------------------------------------------------------------------------------------------------
+# From payloads to an Observation, and grading.
+
+
+def observation(payloads, backend: str = "torch"):
+    ledgers = [p["ledger"] for p in payloads]
+    events = sorted((e for p in payloads for e in p["events"]), key=lambda e: (e["start"], e["rank"], e["stream"],
+                                                                                e["end"]))
+    return Observation([p["result"] for p in payloads], [l["peak"] for l in ledgers], ledgers, events, 0,
+                       backend=backend)
+
+
+def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", world_size: int | None = None,
+                 timeout: float | None = None, start_method=None, outcomes_out: list | None = None) -> list:
+    """Grade the puzzle files of `folder` on real processes: one group per world size, each puzzle in turn."""
+    if world_size is not None:  # each puzzle's shards, inputs and budgets are sized for its own world size
+        chosen = [s for s in specs if s.world_size == world_size]
+        if not chosen:
+            sizes = ", ".join(f"{s.id}: {s.world_size}" for s in specs)
+            raise KeyError(f"no puzzle here is written for {world_size} ranks (ranks per puzzle: {sizes}); each "
+                           f"puzzle's sizes and budgets fix its world size")
+        specs = chosen
+    results: dict[str, PuzzleResult] = {}
+    runnable = []
+    for spec in specs:
+        with spec.run_context():  # load once here too: a file that does not import fails here, with its message
+            loaded = load_puzzle(spec, folder / spec.filename)
+        if isinstance(loaded, PuzzleResult):
+            results[spec.id] = loaded
+        else:
+            runnable.append(spec)
+    for n in sorted({s.world_size for s in runnable}):
+        group = [s for s in runnable if s.world_size == n]
+        tasks = [PuzzleTask(s.id, str(folder / s.filename), seed) for s in group]
+        limit = timeout or max(s.timeout for s in group)
+        outcomes = run_tasks(tasks, n, backend=dist_backend, timeout=limit, start_method=start_method)
+        for spec, outcome in zip(group, outcomes):
+            if outcomes_out is not None:
+                outcomes_out.append(outcome)
+            if outcome.status == "not_attempted":
+                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED,
+                                                error=f"not attempted ({outcome.error})")
+            elif not outcome.ok:
+                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=outcome.error)
+            else:
+                inputs = spec.make_inputs(seed)
+                results[spec.id] = grade_observation(spec, observation(outcome.payloads), inputs)
+    return [results[s.id] for s in specs]
+
+
+

@@ -1,0 +1,59 @@
+"""From an Observation to a PuzzleResult: run the spec's checks against the serial reference.
+
+Every backend ends here: the simulator (backends/simulator.py), real processes (backends/real/) and a batch
+child's saved observations (frontends/batch.py) all hand this module plain data, and it decides the verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+
+import torch
+
+from .result import Check, PuzzleResult, status_of
+from .spec import Observation, PuzzleSpec
+
+
+def fresh_seed() -> int:
+    """A new grading seed (printed with every result, so that `--seed` reproduces the run)."""
+    return secrets.randbelow(1_000_000)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """The serial reference in one intra-op thread: the sizes are small, and OpenMP threads that contend with
+    other work on a busy machine made it 30x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def as_simulator_only(check: Check) -> Check:
+    """A clock-based check on a real backend: reported, not failed, not dropped."""
+    what = f" (budget {check.budget.describe()})" if check.budget else ""
+    return Check(check.name, True, f"simulator only: this check reads the simulated clock{what}, which real "
+                                   f"processes do not have; grade on the simulator (without --backend) for it",
+                 budget=check.budget, simulator_only=True)
+
+
+def grade_observation(spec: PuzzleSpec, obs: Observation, inputs: dict) -> PuzzleResult:
+    with one_thread():
+        checks = spec.check(obs, spec.reference(inputs), inputs)
+    if obs.backend != "sim":
+        checks = [as_simulator_only(c) if c.simulator_only or c.name in spec.simulator_only else c for c in checks]
+    return PuzzleResult(spec.id, spec.name, spec.title, status_of(checks), checks, list(obs.peak_bytes),
+                        obs.makespan, figures=figures_of(spec, obs, inputs))
+
+
+def figures_of(spec: PuzzleSpec, obs: Observation, inputs: dict) -> dict:
+    """The data the plots are drawn from: per-rank memory timelines with the budget, and the schedule."""
+    return {
+        "ledgers": [{k: l[k] for k in ("rank", "peak", "peak_tick", "timeline", "peak_by_line")} for l in obs.ledgers],
+        "memory_budget": spec.memory_lines(inputs),
+        "events": obs.events,
+        "makespan": obs.makespan,
+    }

@@ -1,0 +1,16 @@
+"""The simulator's insides. Start at ../sim.py (the entry point and the map); to learn what an all-reduce does,
+read collectives.py.
+
+    collectives.py  what each collective does to the data (the teaching part), and the records that are matched
+    types.py        the errors (each says when it is raised), ReduceOp, ProcessGroup, P2POp, Work
+    dist.py         `dist`: the torch.distributed API as one rank sees it; each call becomes a record
+    world.py        one run: the rank threads and the baton that passes between them, the supervisor
+    matching.py     pairs sends with recvs, gathers the ranks of a collective, diagnoses deadlocks
+    mode.py         the TorchDispatchMode that sees every op of a rank: isolation, memory, FLOPs
+    memory.py       the memory ledger (bytes alive per rank, the peak, who allocated it)
+    clock.py        the clock and the cost model (compute and communication streams, in integer ticks)
+
+Data flows one way: learner code -> dist.py -> world.py/matching.py -> collectives.py moves the data ->
+memory.py and clock.py record it -> sim.run returns it. These modules meet each other only through imports
+under `if TYPE_CHECKING:` where they would otherwise go in a circle.
+"""
