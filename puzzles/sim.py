@@ -46,14 +46,15 @@ from dataclasses import dataclass
 from .simulator.clock import CostModel, Event
 from .simulator.memory import Ledger
 from .simulator.types import (CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
-                              P2PMismatchError, P2POp, ProcessGroup, ReduceOp, SimError, TimeLimitError,
-                              UnmatchedError, Work)
+                              NonContiguousError, P2PMismatchError, P2POp, ProcessGroup, RankThreadError, ReduceOp,
+                              SimError, TimeLimitError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
-    "TimeLimitError", "UnmatchedError", "InFlightError",
+    "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
+    "RankThreadError",
 ]
 
 
@@ -116,7 +117,7 @@ def current_ledger() -> Ledger | None:
 
 
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
-        timeout: float = 60.0, library_files=(), harness_files=()) -> SimResult:
+        timeout: float = 60.0, library_files=(), harness_files=(), make_fn=None) -> SimResult:
     """Run `fn(dist, *args, *rank_args[rank])` on `world_size` simulated ranks and return a SimResult.
 
     args:      the same for every rank; each rank gets its own copy of every tensor in it (which counts on its ledger).
@@ -127,13 +128,20 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
                loop); the whole run may take ten times that.
     library_files: source files whose lines are not the learner's (allocations are charged to their caller).
     harness_files: source files of the code that calls the learner's (a grader): their lines are marked "[harness]".
+    make_fn:   instead of one `fn` for every rank (pass fn=None), `make_fn(rank)` returns rank's fn, called in
+               the rank's own thread before it runs: each rank can import its own copy of a module, as each real
+               process does, so module-level state (a queue, a counter, a cache) is per rank. Tensors made then
+               belong to the rank, off its ledger.
 
-    An exception in any rank stops the others and is re-raised here, with a note naming the rank.
+    An exception in a rank finishes it; the others run on until each returns, raises or waits for it, and the
+    error of the first rank (in rank order) that raised is re-raised here, with a note naming the ranks.
     """
     if rank_args is not None and len(rank_args) != world_size:
         raise ValueError(f"rank_args needs one entry per rank: {world_size}, got {len(rank_args)}")
+    if (fn is None) == (make_fn is None):
+        raise ValueError("sim.run needs either fn or make_fn (not both)")
     world = World(world_size, cost or CostModel(), seed, timeout, library_files, harness_files)
-    world.run(fn, tuple(args), rank_args)  # raises the first error of any rank
+    world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
     for ledger in world.ledgers:
         ledger.close()
     events = sorted((e for r in world.ranks for e in r.clock.events),

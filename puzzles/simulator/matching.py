@@ -6,8 +6,13 @@ matching recv; the last rank of the group), the data moves (collectives.py for a
 send), the ranks' communication clocks advance by what the message costs (clock.py), and the handles are
 done. A rank that needs the result waits on its handle: `wait()` passes the baton on (world.py) until then.
 
+A collective reads all of its inputs before it writes any output, as gloo does: an input that overlaps an output
+of its own rank (`reduce_scatter_tensor(out, inp)` with `out` a chunk of `inp`; `all_gather_into_tensor(out,
+out[r*k:(r+1)*k])`) is copied first, off the ledger (`_snapshot_aliased_inputs`), so collectives.py stays plain.
+
 When every rank that has not returned waits and none can ever proceed, `_stuck_error` says why: each rank's
-pending call, or two sets of ranks stuck in collectives that can never meet.
+pending call (the learner's line, the lines that called it, and what the rank last computed), or two sets of
+ranks stuck in collectives that can never meet.
 
 `_Matching` is a mixin: `World` (world.py) inherits these methods and holds the state they use (`open`,
 `sends`, `recvs`, `ranks`, ...).
@@ -24,7 +29,7 @@ from .collectives import _Call, _Collective, _P2P
 from .clock import phase
 from .mode import _tensors_in, _tensors_out
 from .types import (NON_GROUP_MEMBER, CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
-                        P2PMismatchError, ProcessGroup, SimError, Work, _Abort, _desc)
+                    P2PMismatchError, ProcessGroup, SimError, Work, WorkError, _Abort, _desc)
 
 if TYPE_CHECKING:
     from .world import _RankState
@@ -36,6 +41,29 @@ def _span(t: torch.Tensor):
     lo = t.storage_offset()
     hi = lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 if t.numel() else 0)
     return t.untyped_storage()._cdata, lo * size, hi * size
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors may share bytes (the same storage, intersecting byte ranges)."""
+    ka, lo_a, hi_a = _span(a)
+    kb, lo_b, hi_b = _span(b)
+    return ka == kb and lo_a < hi_b and lo_b < hi_a
+
+
+# The collectives whose input and output are different arguments: the field of `_Call` that holds the input.
+_INPUT_FIELD = {"all_gather": "tensor", "all_gather_into_tensor": "input", "reduce_scatter_tensor": "input"}
+
+
+def _snapshot_aliased_inputs(calls) -> None:
+    """gloo reads every input of a collective before it writes any output. collectives.py writes the outputs rank
+    by rank, so an input that overlaps an output of its own rank (measured on gloo: ZeRO's in-place
+    `reduce_scatter_tensor(out, inp)` with `out` rank r's chunk of `inp`, an all-gather whose input sits in another
+    rank's slot of the output) would be overwritten before it is read. Copy such an input first. (Inputs of
+    different ranks never overlap: each rank has its own memory.)"""
+    for c in calls:
+        field = _INPUT_FIELD.get(c.name)
+        if field is not None and any(_overlaps(getattr(c, field), w) for w in c.writes):
+            setattr(c, field, getattr(c, field).detach().clone())
 
 
 def _written_args(func, args, kwargs) -> list[torch.Tensor]:
@@ -55,6 +83,7 @@ class _Matching:
     # ---- collectives
 
     def collective(self, me: _RankState, call: _Call, group, async_op: bool):
+        self.caller(me, call.name)
         group = self.check_group(me, group, call.name)
         for t in call.reads + call.writes:
             self.check_owned(me, t, call.name)
@@ -66,14 +95,15 @@ class _Matching:
         seq = me.seq.get(group.id, 0)
         me.seq[group.id] = seq + 1
         call.rank, call.issued, call.site = me.rank, me.clock.compute, self.site()
-        call.phase = phase()
+        call.phase, call.callers = phase(), self.sites.callers()
         me.last_site = call.site
         coll = self.open.setdefault((group.id, seq), _Collective(call.name, group, seq))
         if coll.calls:
             self._check_signature(coll, call)
         work = Work(self, me.rank, call.name, call.site)
-        work._describe = lambda: (f"{coll.where()} at {call.site}: ranks {sorted(coll.calls)} have arrived, "
-                                  f"waiting for ranks {[r for r in group.ranks if r not in coll.calls]}")
+        work._describe = lambda: (f"{coll.where()}; ranks {sorted(coll.calls)} have arrived, waiting for ranks "
+                                  f"{[r for r in group.ranks if r not in coll.calls]}"
+                                  + _lines("at", call.site, call.callers) + _doing(call.phase, me))
         call.work = work
         coll.calls[me.rank] = call
         if async_op:
@@ -109,6 +139,7 @@ class _Matching:
         calls = [coll.calls[r] for r in coll.group.ranks]
         coll.calls.clear()  # waiting ranks hold `coll` until they resume: it must not keep the others' tensors alive
         with self.untracked(self.ranks[self.current_rank()]):
+            _snapshot_aliased_inputs(calls)
             calls[0].exchange(calls)
         n = len(calls)
         if coll.name == "new_group":  # bookkeeping, not traffic: it takes no simulated time
@@ -150,6 +181,7 @@ class _Matching:
     # ---- point to point
 
     def post_p2p(self, me: _RankState, kind: str, tensor, peer, group, tag: int) -> Work:
+        self.caller(me, kind)
         group = self.check_group(me, group, kind)
         self.check_owned(me, tensor, kind)
         if peer is not None:
@@ -164,8 +196,8 @@ class _Matching:
         site = self.site()
         me.last_site = site
         work = Work(self, me.rank, kind, site)
-        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase())
-        work._describe = p.describe
+        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), self.sites.callers())
+        work._describe = lambda: p.describe() + _doing(p.phase, me)
         if kind == "send":
             match = next((r for r in self.recvs if r.accepts(p)), None)
             pair = (p, match)
@@ -213,6 +245,9 @@ class _Matching:
             me.inflight.append((*_span(t), True, work, what, t))
         for t in writes:
             me.inflight.append((*_span(t), False, work, what, t))
+        work.issued_as = what
+        tensors = list({id(t): t for t in [*reads, *writes]}.values())
+        work._describe_op = f"{what} of {', '.join(_desc(t) for t in tensors)}" if tensors else what
         me.unwaited.append(work)
 
     def check_inflight(self, me: _RankState, func, args, kwargs) -> None:
@@ -225,17 +260,53 @@ class _Matching:
         for k, a, b, read_ok, work, opname, _ in me.inflight:
             if k == key and lo < b and a < hi and (writes or not read_ok):
                 verb = "wrote" if writes else "read"
+                if not what.startswith("aten."):  # a communication call on a buffer another one is still using
+                    remedy = (f"Until that op is waited for, its buffer is not free for another one: give the "
+                              f"{what} a tensor of its own (say, a separate receive buffer).")
+                else:
+                    remedy = (f"Call work.wait() on that handle first: until then the "
+                              f"{'data being sent' if read_ok else 'result'} is not yours to "
+                              f"{'change' if read_ok else 'use'}.")
                 raise InFlightError(
                     f"rank {me.rank} {verb} a {_desc(t)} tensor in {what} at {self.sites.here()} while its "
-                    f"async {opname} (issued at {work.site}) was still in flight. Call work.wait() on that "
-                    f"handle first: until then the {'data being sent' if read_ok else 'result'} is not yours "
-                    f"to {'change' if read_ok else 'use'}.")
+                    f"async {opname} (issued at {work.site}) was still in flight. {remedy}")
+
+    def wait_handle(self, work: Work) -> None:
+        """`work.wait()` in the learner's code: only by the rank that owns it, and a point-to-point handle once
+        (gloo's second wait() on a send or recv never returns: measured, the run hangs)."""
+        me = self.caller(self.ranks[work._rank], "wait()")
+        if work._waited and work.what in ("send", "recv"):
+            raise WorkError(
+                f"rank {me.rank} called wait() at {self.site()} a second time on the handle of its "
+                f"{getattr(work, 'issued_as', work.what)} issued at {work.site} (first waited for at "
+                f"{work._wait_site}). On gloo a second wait() on a send or recv handle never returns: wait for "
+                f"each point-to-point handle once.")
+        work._wait_site = work._wait_site or self.site()
+        self.wait(me, work)
+
+    def poll(self, work: Work) -> None:
+        """`work.is_completed()`: a communication call (it passes the baton) by the rank that owns the handle.
+        A send or recv handle is complete only once waited for (as on gloo), so a rank that polls one while no
+        other rank can move would poll forever: that is an error at once."""
+        me = self.caller(self.ranks[work._rank], "is_completed()")
+        if work.what in ("send", "recv") and not work._waited:
+            with self._mutex:
+                stuck = self._next_runnable(me.rank) is None
+            if stuck:
+                raise WorkError(
+                    f"rank {me.rank} polls is_completed() at {self.site()} on the handle of its "
+                    f"{getattr(work, 'issued_as', work.what)} issued at {work.site}, and no other rank can move. "
+                    f"On gloo a send or recv handle says it is complete only once wait() has been called "
+                    f"(measured: False long after the data arrived), so this loop would never end: call "
+                    f"work.wait() instead of polling.")
+        self.yield_baton(me)
 
     def wait(self, me: _RankState, work: Work) -> None:
         if work._rank != me.rank:
             raise IsolationError(f"rank {me.rank} called wait() on a handle that belongs to rank {work._rank}")
         if not work._done:
             me.wait_site = self.site()
+            me.wait_callers = self.sites.callers()
             try:
                 self.yield_baton(me, block_on=work)
             finally:
@@ -260,15 +331,21 @@ class _Matching:
             else:
                 waited_elsewhere = r.wait_site and r.wait_site != r.waiting.site
                 lines.append(f"rank {r.rank}: waits in {r.waiting._describe()}"
-                             + (f" (blocked in wait() at {r.wait_site})" if waited_elsewhere else ""))
+                             + (_lines("blocked in wait() at", r.wait_site, r.wait_callers) if waited_elsewhere
+                                else ""))
         for a in self.ranks:
             for b in self.ranks:
                 pa, pb = self._blocked_p2p(a), self._blocked_p2p(b)
                 if a.rank < b.rank and pa and pb and pa.kind == pb.kind == "send" \
                         and pa.peer == b.rank and pb.peer == a.rank:
-                    hints.append(f"ranks {a.rank} and {b.rank} both send first: a blocking send waits for the "
-                                 f"matching recv, so one side must receive first (or use isend/irecv, "
-                                 f"or batch_isend_irecv).")
+                    if hasattr(pa.work, "issued_as") or hasattr(pb.work, "issued_as"):  # an isend among them
+                        hints.append(f"ranks {a.rank} and {b.rank} both send to each other and neither posts the "
+                                     f"matching receive: post an irecv beside each isend (batch_isend_irecv can "
+                                     f"carry both).")
+                    else:
+                        hints.append(f"ranks {a.rank} and {b.rank} both send first: a blocking send waits for the "
+                                     f"matching recv, so one side must receive first (or use isend/irecv, "
+                                     f"or batch_isend_irecv).")
         returned = [r.rank for r in self.ranks if r.status == "done"]
         if returned:
             hints.append(f"rank(s) {returned} returned while others still wait for them: did a rank skip a "
@@ -301,3 +378,25 @@ class _Matching:
                             f"waits in {cb.where()} at {cb.calls[m].site}. The ranks of a group must make the same "
                             f"collective calls, on the same group, in the same order; these two can never meet.")
         return None
+
+
+# ---- the learner's lines in a deadlock report
+
+
+def _lines(head: str, site: str, callers) -> str:
+    """'\n      head file:12: code' and a line for each learner's line that called it (a helper's callers)."""
+    text = f"\n      {head} {site}" if site else ""
+    return text + "".join(f"\n      called from {c}" for c in callers)
+
+
+def _doing(issued_phase: str, me: _RankState) -> str:
+    """What a blocked rank was doing: in autograd's backward (a hook issued the call), or its last compute
+    (forward or backward, with its record_function label: 'F3', 'B3')."""
+    last = me.clock._last_compute
+    if issued_phase == "backward":
+        doing = f"rank {me.rank} is in a backward pass (autograd's backward issued the call)"
+    elif last is None:
+        doing = f"rank {me.rank} has computed nothing yet"
+    else:
+        doing = f"rank {me.rank}'s last compute: a {last.kind}" + (f" [{last.label}]" if last.label else "")
+    return f"\n      {doing}"
