@@ -12,10 +12,12 @@ How it works, in four ideas:
    call or returns, always to the next rank (in rank order) that can make progress. So every run interleaves the
    same way: no races, no flaky tests. Each rank keeps its own random-number state across switches.
 2. **Communication is matching.** A call posts what the rank brings (a tensor to send, its part of an all-reduce)
-   and blocks until its partners have posted theirs; then the data moves, by plain tensor copies. If every rank
-   that has not returned is blocked, nobody can ever proceed: that is a deadlock, and the error says what each rank
-   waits for and where. A blocking `send` waits for the matching `recv` (stricter than real backends, which may
-   buffer small messages, so an unsafe ordering fails every time instead of sometimes).
+   and blocks until its partners have posted theirs; then the data moves, by plain tensor copies (every input of
+   a collective is read before any output is written, as gloo does, so an output may overlap its own input). If
+   every rank that has not returned is blocked, nobody can ever proceed: that is a deadlock, and the error says
+   what each rank waits for, on which lines, and what it last computed. A blocking `send` waits for the matching
+   `recv`, as gloo's does (measured); other backends may buffer small messages, so an unsafe ordering fails here
+   every time instead of sometimes.
 3. **Each rank has its own memory.** Every op a rank runs is seen by a TorchDispatchMode: it records which rank
    owns each storage (an op that uses another rank's tensor raises IsolationError: data moves only by
    communication) and charges new storages to the rank's memory ledger (simulator/memory.py).
@@ -36,6 +38,24 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
+
+What it refuses, where torch.distributed (gloo) would hang, fail or silently compute something else; each error
+names the rank and the learner's line, and says what to do (simulator/types.py has them all):
+
+    DeadlockError            every rank that has not returned waits for another
+    CollectiveMismatchError  ranks meet in one collective with different ops, shapes, dtypes, roots or groups
+    P2PMismatchError         a recv buffer of another shape or dtype than the message
+    IsolationError           a tensor of another rank (data moves only by communication)
+    InFlightError            a buffer used before its async op was waited for
+    UnwaitedWorkError        a handle never waited for (gloo can lose the message)
+    WorkError                a send or recv handle waited for twice, or polled forever (gloo hangs)
+    NonContiguousError       a strided tensor where gloo uses its raw memory (all_reduce, broadcast, send/recv)
+    RankThreadError          dist called from a thread the rank started, or after the run
+    UnmatchedError           every rank returned, but a message or collective was never matched
+    TimeLimitError           a rank computes too long without communicating (an endless loop)
+
+Each error is a rank's own: the other ranks run on until they return, raise or wait for it, and the report says
+whether every rank raised it. The differential corpus (tests/corpus/, bench/CORPUS.md) holds all of this to gloo.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Helpers shared by the runtime's tests."""
 
 import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def site_in(path: str, marker: str) -> str:

@@ -122,3 +122,40 @@ def test_different_errors_on_different_ranks_report_the_first_rank_s():
 
     e = raises(ValueError, fn, 3)
     assert "(raised on rank 0 of 3; ranks [1, 2] raised other errors)" in e.__notes__
+
+
+def test_p2_names_the_learner_s_line_not_the_grader_s_wrapper(tmp_path):
+    """p2's grader hands the learner `dist` wrapped (GatherWatch, to see each all-gather): an InFlightError must
+    still point at the learner's own lines."""
+    from grader.backends.simulator import grade_file
+    from grader.specs import SPECS
+
+    spec = SPECS["p2"]
+    text = (sim_helpers.REPO / "solutions" / spec.filename).read_text()
+    old = "        dist.all_gather_into_tensor(full, shard)\n        start = full.requires_grad_()\n"
+    new = ("        work = dist.all_gather_into_tensor(full, shard, async_op=True)  # p2-issue\n"
+           "        peek = full.sum()  # p2-too-early\n        work.wait()\n        start = full.requires_grad_()\n")
+    assert old in text
+    path = tmp_path / spec.filename
+    path.write_text(text.replace(old, new))
+    result = grade_file(spec, path, seed=1)
+    assert result.status == "error" and "InFlightError" in result.error, result.error
+    assert site_in(str(path), "p2-too-early") in result.error
+    assert f"issued at {site_in(str(path), 'p2-issue')}" in result.error
+    assert "[harness]" not in result.error
+
+
+def test_simulator_errors_from_different_lines_are_not_the_same_error():
+    def fn(dist):
+        x = torch.ones(2, dtype=torch.float64)
+        work = dist.all_reduce(x, async_op=True)
+        if dist.get_rank() == 0:
+            y = x + 1  # early-0
+        else:
+            y = x * 2  # early-1
+        work.wait()
+        return y
+
+    e = raises(sim.InFlightError, fn, 3)
+    assert site("early-0") in str(e)
+    assert "(raised on rank 0 of 3; ranks [1, 2] raised other errors)" in e.__notes__

@@ -327,7 +327,7 @@ class World(_Matching):
         same (the same type from the same line) and which were stopped."""
         first = min(self.rank_errors)
         error = self.rank_errors[first]
-        same = [r for r, e in sorted(self.rank_errors.items()) if _same_error(e, error)]
+        same = [r for r, e in sorted(self.rank_errors.items()) if _same_error(e, error, self.sites)]
         others = [r for r in sorted(self.rank_errors) if r not in same]
         stopped = [r.rank for r in self.ranks if r.status not in _FINISHED]
         if len(same) == self.size:
@@ -454,13 +454,16 @@ def _async_raise(thread: threading.Thread) -> None:
 _FINISHED = ("done", "failed")
 
 
-def _same_error(a: BaseException, b: BaseException) -> bool:
-    """Two ranks raised the same error: the same type, raised from the same line."""
+def _same_error(a: BaseException, b: BaseException, sites: SiteFinder) -> bool:
+    """Two ranks raised the same error: the same type, from the same line of the learner's code (the innermost
+    line outside torch, the standard library and the simulator)."""
     def origin(e):
-        tb = e.__traceback__
-        while tb is not None and tb.tb_next is not None:
+        tb, found = e.__traceback__, None
+        while tb is not None:
+            if not sites._is_internal(tb.tb_frame.f_code.co_filename):
+                found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
             tb = tb.tb_next
-        return None if tb is None else (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        return found
 
     return type(a) is type(b) and origin(a) == origin(b)
 
