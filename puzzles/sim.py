@@ -31,7 +31,10 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/types.py        the errors, ReduceOp, ProcessGroup, P2POp, Work
     simulator/dist.py         `dist`: the torch.distributed API as one rank sees it
     simulator/world.py        one run: the rank threads, the baton (idea 1), the supervisor
-    simulator/matching.py     communication is matching (idea 2), and what a deadlock looks like
+    simulator/matching.py     communication is matching (idea 2)
+    simulator/handles.py      async ops' work handles: in flight until wait()
+    simulator/deadlock.py     what a deadlock looks like
+    simulator/failures.py     a rank's own error, which thread may call dist
     simulator/mode.py         the dispatch mode that watches every op of a rank (ideas 3 and 4)
     simulator/memory.py       the memory ledger
     simulator/clock.py        the clock and the cost model

@@ -71,12 +71,16 @@ class SiteFinder:
         return frame
 
     def site_frame(self, frame):
-        """The frame that names the site: the innermost learner's frame if a harness frame sits between it and
-        `frame`, else the innermost frame outside torch, the standard library and the simulator."""
+        """The frame that names the site: the innermost frame outside torch, the standard library and the
+        simulator; but if that is the harness's and its caller (beyond any more harness frames) is the learner's,
+        the learner's (the learner called the grader's wrapper of `dist`)."""
         frame = self.user_frame(frame)
-        if frame is not None and self._is_harness(frame.f_code.co_filename):
-            return self._learner_beyond(frame) or frame
-        return frame
+        if frame is None or not self._is_harness(frame.f_code.co_filename):
+            return frame
+        caller = frame
+        while caller is not None and self._is_harness(caller.f_code.co_filename):
+            caller = caller.f_back
+        return caller if caller is not None and not self._is_internal(caller.f_code.co_filename) else frame
 
     def here(self) -> str:
         """The learner's line that led to this call."""
