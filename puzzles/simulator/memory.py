@@ -41,6 +41,7 @@ class SiteFinder:
         self._cache: dict[str, bool] = {}
         self._harness_cache: dict[str, bool] = {}
         self._sites: dict = {}
+        self._callers: dict = {}
 
     def _is_internal(self, filename: str) -> bool:
         hit = self._cache.get(filename)
@@ -106,7 +107,10 @@ class SiteFinder:
             frame = self._learner_beyond(frame)
             if frame is None:
                 break
-            out.append(describe_frame(frame))
+            key = (frame.f_code, frame.f_lineno)
+            if key not in self._callers:
+                self._callers[key] = describe_frame(frame)
+            out.append(self._callers[key])
             frame = frame.f_back
         return out
 

@@ -185,3 +185,11 @@ def reduce_scatter_tensor_flat_input(dist):
     out = torch.empty(2, 3, dtype=torch.float64)
     dist.reduce_scatter_tensor(out, randn(dist, 6 * dist.get_world_size()))
     return out
+
+
+@case(4, relation=LOOSER, gloo={RAISED}, why=_SHAPES_WHY)
+def all_gather_into_tensor_of_scalars(dist):
+    """all_gather_into_tensor of 0-d inputs into [N] (gloo wants each rank's slot shaped like the input)"""
+    out = torch.empty(dist.get_world_size(), dtype=torch.float64)
+    dist.all_gather_into_tensor(out, randn(dist, 1)[0])
+    return out
