@@ -186,10 +186,11 @@ def fingerprint(c: Case) -> str:
 
 
 def save_record(cases: dict[str, Case], outcomes: dict[str, Outcome]) -> None:
-    record = {"torch": torch.__version__, "backend": "gloo",
-              "cases": {name: {"fingerprint": fingerprint(cases[name]), **outcomes[name].to_dict()}
-                        for name in sorted(outcomes)}}
-    RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    entries = [f"  {json.dumps(name)}: " + json.dumps({"fingerprint": fingerprint(cases[name]),
+                                                        **outcomes[name].to_dict()}, sort_keys=True)
+               for name in sorted(outcomes)]  # one line per case: a change shows as that case's line
+    head = f'{{"torch": {json.dumps(torch.__version__)}, "backend": "gloo", "cases": {{\n'
+    RECORD.write_text(head + ",\n".join(entries) + "\n}}\n")
 
 
 def load_record() -> dict:
