@@ -62,7 +62,8 @@ def _gloo_cell(o, verdict: str) -> str:
     if verdict in ("returned", "right values", "wrong values", "lost a message"):
         return verdict if verdict != "returned" else "returned"
     if o.kind == "raised":
-        return f"raised `{o.error_type}`: {_cell(o.error, 70)}"
+        message = o.error[len(o.error_type) + 2:] if o.error.startswith(f"{o.error_type}: ") else o.error
+        return f"raised `{o.error_type}`: {_cell(message, 70)}"
     return verdict
 
 

@@ -172,7 +172,9 @@ def gloo_outcome(o) -> Outcome:
 
 
 def _first_line(text: str) -> str:
+    """The first line of an error, without what changes from run to run (c10d's "[rank0]:[F1130 12:27:57.1...]")."""
     line = text.strip().splitlines()[0] if text.strip() else ""
+    line = re.sub(r"\[rank\d+\]:\[[^\]]*\] ?", "", line)
     return line if len(line) <= 300 else line[:297] + "..."
 
 
