@@ -276,7 +276,7 @@ DIFFERENCES = """
   buffer used before `wait()` (gloo silently computes with a half-reduced buffer: `p7_divide_before_wait` fails
   its values instead), and raises UnmatchedError for a message nobody received (gloo buffers it; the process
   group is discarded after each puzzle). gloo is stricter in one place: `all_gather_into_tensor` wants the
-  output shaped like the inputs stacked along dim 0, where the simulator (and NCCL) accept any output with N
+  output shaped like the inputs concatenated along dim 0, where the simulator (and NCCL) accept any output with N
   times the elements (`p2_column_shards` errors on gloo, fails its gradients on the simulator).
 - **DETAIL and point-to-point.** With TORCH_DISTRIBUTED_DEBUG=DETAIL, a collective's fingerprint carries a
   sequence number that point-to-point ops advance too; a collective after unequal numbers of sends and receives

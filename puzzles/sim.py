@@ -12,10 +12,12 @@ How it works, in four ideas:
    call or returns, always to the next rank (in rank order) that can make progress. So every run interleaves the
    same way: no races, no flaky tests. Each rank keeps its own random-number state across switches.
 2. **Communication is matching.** A call posts what the rank brings (a tensor to send, its part of an all-reduce)
-   and blocks until its partners have posted theirs; then the data moves, by plain tensor copies. If every rank
-   that has not returned is blocked, nobody can ever proceed: that is a deadlock, and the error says what each rank
-   waits for and where. A blocking `send` waits for the matching `recv` (stricter than real backends, which may
-   buffer small messages, so an unsafe ordering fails every time instead of sometimes).
+   and blocks until its partners have posted theirs; then the data moves, by plain tensor copies (every input of
+   a collective is read before any output is written, as gloo does, so an output may overlap its own input). If
+   every rank that has not returned is blocked, nobody can ever proceed: that is a deadlock, and the error says
+   what each rank waits for, on which lines, and what it last computed. A blocking `send` waits for the matching
+   `recv`, as gloo's does (measured); other backends may buffer small messages, so an unsafe ordering fails here
+   every time instead of sometimes.
 3. **Each rank has its own memory.** Every op a rank runs is seen by a TorchDispatchMode: it records which rank
    owns each storage (an op that uses another rank's tensor raises IsolationError: data moves only by
    communication) and charges new storages to the rank's memory ledger (simulator/memory.py).
@@ -29,13 +31,34 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/types.py        the errors, ReduceOp, ProcessGroup, P2POp, Work
     simulator/dist.py         `dist`: the torch.distributed API as one rank sees it
     simulator/world.py        one run: the rank threads, the baton (idea 1), the supervisor
-    simulator/matching.py     communication is matching (idea 2), and what a deadlock looks like
+    simulator/matching.py     communication is matching (idea 2)
+    simulator/handles.py      async ops' work handles: in flight until wait()
+    simulator/deadlock.py     what a deadlock looks like
+    simulator/failures.py     a rank's own error, which thread may call dist
     simulator/mode.py         the dispatch mode that watches every op of a rank (ideas 3 and 4)
     simulator/memory.py       the memory ledger
     simulator/clock.py        the clock and the cost model
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
+
+What it refuses, where torch.distributed (gloo) would hang, fail or silently compute something else; each error
+names the rank and the learner's line, and says what to do (simulator/types.py has them all):
+
+    DeadlockError            every rank that has not returned waits for another
+    CollectiveMismatchError  ranks meet in one collective with different ops, shapes, dtypes, roots or groups
+    P2PMismatchError         a recv buffer of another shape or dtype than the message
+    IsolationError           a tensor of another rank (data moves only by communication)
+    InFlightError            a buffer used before its async op was waited for
+    UnwaitedWorkError        a handle never waited for (gloo can lose the message)
+    WorkError                a send or recv handle waited for twice, or polled forever (gloo hangs)
+    NonContiguousError       a strided tensor where gloo uses its raw memory (all_reduce, broadcast, send/recv)
+    RankThreadError          dist called from a thread the rank started, or after the run
+    UnmatchedError           every rank returned, but a message or collective was never matched
+    TimeLimitError           a rank computes too long without communicating (an endless loop)
+
+Each error is a rank's own: the other ranks run on until they return, raise or wait for it, and the report says
+whether every rank raised it. The differential corpus (tests/corpus/, bench/CORPUS.md) holds all of this to gloo.
 """
 
 from __future__ import annotations
@@ -46,14 +69,15 @@ from dataclasses import dataclass
 from .simulator.clock import CostModel, Event
 from .simulator.memory import Ledger
 from .simulator.types import (CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
-                              P2PMismatchError, P2POp, ProcessGroup, ReduceOp, SimError, TimeLimitError,
-                              UnmatchedError, Work)
+                              NonContiguousError, P2PMismatchError, P2POp, ProcessGroup, RankThreadError, ReduceOp,
+                              SimError, TimeLimitError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
-    "TimeLimitError", "UnmatchedError", "InFlightError",
+    "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
+    "RankThreadError",
 ]
 
 
@@ -116,7 +140,7 @@ def current_ledger() -> Ledger | None:
 
 
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
-        timeout: float = 60.0, library_files=(), harness_files=()) -> SimResult:
+        timeout: float = 60.0, library_files=(), harness_files=(), make_fn=None) -> SimResult:
     """Run `fn(dist, *args, *rank_args[rank])` on `world_size` simulated ranks and return a SimResult.
 
     args:      the same for every rank; each rank gets its own copy of every tensor in it (which counts on its ledger).
@@ -127,13 +151,20 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
                loop); the whole run may take ten times that.
     library_files: source files whose lines are not the learner's (allocations are charged to their caller).
     harness_files: source files of the code that calls the learner's (a grader): their lines are marked "[harness]".
+    make_fn:   instead of one `fn` for every rank (pass fn=None), `make_fn(rank)` returns rank's fn, called in
+               the rank's own thread before it runs: each rank can import its own copy of a module, as each real
+               process does, so module-level state (a queue, a counter, a cache) is per rank. Tensors made then
+               belong to the rank, off its ledger.
 
-    An exception in any rank stops the others and is re-raised here, with a note naming the rank.
+    An exception in a rank finishes it; the others run on until each returns, raises or waits for it, and the
+    error of the first rank (in rank order) that raised is re-raised here, with a note naming the ranks.
     """
     if rank_args is not None and len(rank_args) != world_size:
         raise ValueError(f"rank_args needs one entry per rank: {world_size}, got {len(rank_args)}")
+    if (fn is None) == (make_fn is None):
+        raise ValueError("sim.run needs either fn or make_fn (not both)")
     world = World(world_size, cost or CostModel(), seed, timeout, library_files, harness_files)
-    world.run(fn, tuple(args), rank_args)  # raises the first error of any rank
+    world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
     for ledger in world.ledgers:
         ledger.close()
     events = sorted((e for r in world.ranks for e in r.clock.events),

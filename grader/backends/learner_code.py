@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import collections
+import copy
 import importlib.util
 import itertools
 import os
+import re
 import sys
 import traceback
+import types
 from pathlib import Path
+
+import torch
 
 from puzzles import sim
 
@@ -70,3 +76,69 @@ def describe_exception(exc: BaseException, learner_file=None) -> str:
                       for f in mine[-4:]]
     lines += list(getattr(exc, "__notes__", []))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One instance of the learner's module per simulated rank. Each real process imports the learner's file for
+# itself, so a module-level queue, step counter, cache or tensor is per rank there; the simulator's ranks share
+# one process, so each rank gets its own instance, made in the rank's own thread (sim.run's make_fn).
+
+
+def load_module_for_rank(path: Path):
+    """Rank r's own instance of the learner's file: imported afresh, as each real process imports it."""
+    return load_module(path)
+
+
+# IPython's own names in a notebook's globals (output history, input history, the shell): never the learner's state.
+_IPYTHON_NAMES = re.compile(r"^(_|__|___|_i{1,3}|_i?\d+|_oh|_ih|_dh|In|Out|get_ipython|exit|quit)$")
+_CONTAINERS = (list, dict, set, bytearray, collections.deque)  # defaultdict, OrderedDict, Counter: dict's kind
+
+
+def namespace_copy_for_rank(module, entries):
+    """Rank r's own instance of a module that has no file: the one the notebook's check cell builds from the
+    notebook's globals. There is no source to import again, so this is the closest copy: the learner's functions
+    are re-bound to a per-rank copy of the globals they see, in which module-level containers (list, dict, set,
+    deque, ...), tensors and instances of the notebook's own classes are deep copies. So a queue, a cache, a
+    counter (`global step; step += 1`) or a tensor at module level is per rank, as in separate processes.
+    Shared still: objects of other modules' classes, state held in closures, and state that a class defined in
+    the notebook keeps on itself (a class attribute)."""
+    shared = next((getattr(module, e).__globals__ for e in entries
+                   if isinstance(getattr(module, e, None), types.FunctionType)), None)
+    if shared is None:  # nothing to re-bind: a shallow copy of the module is the best there is
+        shared = module.__dict__
+    home = shared.get("__name__")
+    mine = {name: _rank_copy(value, home) if not name.startswith("__") and not _IPYTHON_NAMES.match(name)
+            else value for name, value in shared.items()}
+    rebound = {}  # id(the learner's function) -> the same function, seeing this rank's globals
+
+    def mine_of(value):
+        if isinstance(value, types.FunctionType) and value.__globals__ is shared:
+            if id(value) not in rebound:
+                rebound[id(value)] = _rebound(value, mine)
+            return rebound[id(value)]
+        return value
+
+    for name, value in mine.items():
+        mine[name] = mine_of(value)
+    rank_module = types.ModuleType(getattr(module, "__name__", "learner"))
+    rank_module.__dict__.update({name: mine[name] if name in mine and shared.get(name) is value else mine_of(value)
+                                 for name, value in module.__dict__.items()})
+    return rank_module
+
+
+def _rank_copy(value, home):
+    if not (isinstance(value, (*_CONTAINERS, torch.Tensor)) or getattr(type(value), "__module__", None) == home):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # a tensor in an autograd graph, an object that cannot be copied: it stays shared
+        return value
+
+
+def _rebound(fn: types.FunctionType, globals_: dict) -> types.FunctionType:
+    """`fn` with its globals replaced (its code, defaults, closure and attributes kept)."""
+    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__, new.__qualname__, new.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    new.__module__, new.__annotations__ = fn.__module__, dict(getattr(fn, "__annotations__", {}) or {})
+    return new

@@ -10,16 +10,35 @@ from puzzles import model, sim
 from ..core.grading import grade_observation
 from ..core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
 from ..core.spec import Observation, PuzzleSpec
-from .learner_code import HARNESS_FILES, TargetError, check_entries, describe_exception, load_puzzle
+from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_exception, load_module_for_rank,
+                           load_puzzle, namespace_copy_for_rank)
 
 
 def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
     """Run the learner's code for one puzzle on the simulator and collect what it did."""
     check_entries(spec, module)
     args, rank_args = spec.launch(inputs)
-    result = sim.run(spec.program(module), spec.world_size, args=args, rank_args=rank_args, cost=spec.cost,
-                     seed=seed, timeout=spec.timeout, library_files=[model.__file__], harness_files=HARNESS_FILES)
+    result = sim.run(None, spec.world_size, make_fn=rank_programs(spec, module), args=args, rank_args=rank_args,
+                     cost=spec.cost, seed=seed, timeout=spec.timeout, library_files=[model.__file__],
+                     harness_files=HARNESS_FILES)
     return Observation.from_sim(result)
+
+
+def rank_programs(spec: PuzzleSpec, module):
+    """sim.run's make_fn: rank r runs the spec's program on its own instance of the learner's module, as each
+    real process does (module-level state is per rank). A module loaded from a file is imported again for each
+    rank; one without a file (the notebook's) is copied (learner_code.namespace_copy_for_rank says how)."""
+    path = getattr(module, "__file__", None)
+
+    def make(rank: int):
+        if path is not None:
+            mine = load_module_for_rank(Path(path))
+            check_entries(spec, mine)
+        else:
+            mine = namespace_copy_for_rank(module, spec.entries)
+        return spec.program(mine)
+
+    return make
 
 
 def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | PuzzleResult:

@@ -13,7 +13,9 @@ from ..specs import SPECS
 
 
 def check(puzzle_id: str, namespace: dict, seed: int | None = None, plots: bool = True):
-    """The notebook's check cell: grade the functions the puzzle's cell defined, and show the result."""
+    """The notebook's check cell: grade the functions the puzzle's cell defined, and show the result. Each
+    simulated rank gets its own copy of the notebook's globals, the closest a notebook comes to each real process
+    importing its own module (learner_code.namespace_copy_for_rank says what is copied)."""
     spec = SPECS[puzzle_id]
     module = types.ModuleType(f"notebook_{puzzle_id}")
     module.__dict__.update({k: v for k, v in namespace.items() if not k.startswith("__")})

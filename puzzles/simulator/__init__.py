@@ -3,9 +3,14 @@ read collectives.py.
 
     collectives.py  what each collective does to the data (the teaching part), and the records that are matched
     types.py        the errors (each says when it is raised), ReduceOp, ProcessGroup, P2POp, Work
-    dist.py         `dist`: the torch.distributed API as one rank sees it; each call becomes a record
+    dist.py         `dist`: the torch.distributed API as one rank sees it; each call becomes a record, after the
+                    checks gloo would fail (reduce ops and dtypes, non-contiguous tensors)
     world.py        one run: the rank threads and the baton that passes between them, the supervisor
-    matching.py     pairs sends with recvs, gathers the ranks of a collective, diagnoses deadlocks
+    matching.py     pairs sends with recvs, gathers the ranks of a collective (every input read before any output
+                    is written)
+    handles.py      work handles: tensors in flight until wait(), wait() once, every handle waited for
+    deadlock.py     what a stuck run looks like: each rank's pending call, its lines, what it last computed
+    failures.py     a rank's own error (the others run on), which thread may call dist, stopping stuck threads
     mode.py         the TorchDispatchMode that sees every op of a rank: isolation, memory, FLOPs
     memory.py       the memory ledger (bytes alive per rank, the peak, who allocated it)
     clock.py        the clock and the cost model (compute and communication streams, in integer ticks)

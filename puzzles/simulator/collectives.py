@@ -12,6 +12,10 @@ data by plain tensor copies. Say three ranks hold a, b and c:
 An all-reduce is a reduce-scatter followed by an all-gather: that is how the ring algorithm of NCCL and gloo runs
 it, and why it costs twice the traffic of either (clock.py has the costs).
 
+Every collective reads all of its inputs before it writes any output (as gloo does), so an output may be (a
+slice of) the rank's own input: the runtime hands these functions a copy of any input that overlaps an output
+of the same rank (matching.py).
+
 The records at the end are what the runtime matches: `_Call` (what one rank brought to a collective),
 `_Collective` (one collective in progress, with the ranks that have arrived) and `_P2P` (a posted send or recv).
 """
@@ -30,26 +34,25 @@ from .types import ProcessGroup, ReduceOp, Work, _desc
 # These functions are the whole semantics: read them to see what an all-reduce is.
 
 
+# How two ranks' values combine, elementwise, for each reduce op. AVG sums, then divides once at the end.
+_COMBINE = {
+    ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul,
+    ReduceOp.MIN: torch.minimum, ReduceOp.MAX: torch.maximum,
+    ReduceOp.BAND: torch.bitwise_and, ReduceOp.BOR: torch.bitwise_or, ReduceOp.BXOR: torch.bitwise_xor,
+}
+
+
 def _reduce_into(out: torch.Tensor, tensors: list[torch.Tensor], op: ReduceOp) -> None:
     """out = tensors[0] (op) tensors[1] (op) ..., elementwise, in rank order (so every run gets the same bits).
     `out` may be tensors[0] itself."""
     out = out.data
     if (out.data_ptr(), out.shape, out.stride()) != (tensors[0].data_ptr(), tensors[0].shape, tensors[0].stride()):
         out.copy_(tensors[0])
+    combine = _COMBINE[op]
     for t in tensors[1:]:
-        if op in (ReduceOp.SUM, ReduceOp.AVG):
-            out += t
-        elif op is ReduceOp.PRODUCT:
-            out *= t
-        elif op is ReduceOp.MIN:
-            torch.minimum(out, t, out=out)
-        else:
-            torch.maximum(out, t, out=out)
-    if op is ReduceOp.AVG:
-        if out.is_floating_point() or out.is_complex():
-            out /= len(tensors)
-        else:
-            out //= len(tensors)
+        combine(out, t, out=out)
+    if op is ReduceOp.AVG:  # floating point only: dist refuses AVG on integers, as torch.distributed does
+        out /= len(tensors)
 
 
 def _all_reduce(calls):
@@ -149,6 +152,7 @@ class _P2P:
     site: str
     work: Work
     phase: str = ""
+    callers: tuple = ()  # the learner's lines that called the function that posted it (a helper's callers)
 
     def accepts(self, send: _P2P) -> bool:  # self is a recv
         return (send.peer == self.rank and (self.peer is None or self.peer == send.rank)
@@ -156,8 +160,9 @@ class _P2P:
 
     def describe(self) -> str:
         if self.kind == "send":
-            return (f"send of {_desc(self.tensor)} to rank {self.peer} (tag {self.tag}) at {self.site}: "
-                    f"rank {self.peer} has posted no matching recv")
-        src = "any rank" if self.peer is None else f"rank {self.peer}"
-        return (f"recv into {_desc(self.tensor)} from {src} (tag {self.tag}) at {self.site}: "
-                f"{src} has posted no matching send")
+            what = (f"send of {_desc(self.tensor)} to rank {self.peer} (tag {self.tag}); rank {self.peer} has "
+                    f"posted no matching recv")
+        else:
+            src = "any rank" if self.peer is None else f"rank {self.peer}"
+            what = f"recv into {_desc(self.tensor)} from {src} (tag {self.tag}); {src} has posted no matching send"
+        return what + f"\n      at {self.site}" + "".join(f"\n      called from {c}" for c in self.callers)

@@ -2,6 +2,10 @@
 
 Each method checks its arguments, describes the call (a `_Call` that names its function in collectives.py, or
 a send or recv) and hands it to the world (matching.py), which matches it with the other ranks' calls.
+
+The checks refuse what torch.distributed (gloo) refuses, and what gloo would silently get wrong: a reduce op the
+dtype cannot take, a non-contiguous tensor where gloo works on raw memory (all_reduce, broadcast, point to point).
+As in torch.distributed, a rank outside a group (`GroupMember.NON_GROUP_MEMBER`) skips the call.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import torch
 
 from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _broadcast, _Call, _nothing,
                               _reduce_scatter_tensor)
-from .types import NON_GROUP_MEMBER, P2POp, ProcessGroup, ReduceOp, Work, _desc, _reduce_op
+from .types import (NON_GROUP_MEMBER, NonContiguousError, P2POp, ProcessGroup, ReduceOp, Work, _desc, _reduce_op,
+                    check_reduce_dtype)
 
 if TYPE_CHECKING:
     from .world import World
@@ -94,13 +99,19 @@ class SimDist:
             return (group or self._world.WORLD).ranks[group_peer]
         return peer
 
-    def isend(self, tensor, dst=None, group=None, tag=0, group_dst=None) -> Work:
+    def isend(self, tensor, dst=None, group=None, tag=0, group_dst=None) -> Work | None:
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("isend")
+        self._check_contiguous(tensor, "isend")
         work = self._world.post_p2p(self._me, "send", tensor, self._peer(dst, group, group_dst), group, tag)
         self._world._mark_inflight(self._me, work, [tensor], [], "isend")
         self._world.yield_baton(self._me)
         return work
 
-    def irecv(self, tensor, src=None, group=None, tag=0, group_src=None) -> Work:
+    def irecv(self, tensor, src=None, group=None, tag=0, group_src=None) -> Work | None:
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("irecv")
+        self._check_contiguous(tensor, "irecv")
         work = self._world.post_p2p(self._me, "recv", tensor, self._peer(src, group, group_src), group, tag)
         self._world._mark_inflight(self._me, work, [], [tensor], "irecv")
         self._world.yield_baton(self._me)
@@ -108,11 +119,21 @@ class SimDist:
 
     def send(self, tensor, dst=None, group=None, tag=0, group_dst=None) -> None:
         """Blocks until the matching recv is posted and the data has arrived (a rendezvous)."""
+        if group is NON_GROUP_MEMBER:  # torch's send looks the peer up in the group before it would skip the call
+            raise ValueError(f"rank {self._me.rank} called send at {self._world.site()} with "
+                             f"GroupMember.NON_GROUP_MEMBER: torch.distributed raises \"Invalid process group "
+                             f"specified\" here (new_group returned that because rank {self._me.rank} is not in "
+                             f"the group). Call send only on ranks of the group.")
+        self._check_contiguous(tensor, "send")
         work = self._world.post_p2p(self._me, "send", tensor, self._peer(dst, group, group_dst), group, tag)
         self._world.wait(self._me, work)
 
     def recv(self, tensor, src=None, group=None, tag=0, group_src=None) -> int:
         """Blocks until a matching send arrives; returns the sender's rank (src=None receives from anyone)."""
+        if group is NON_GROUP_MEMBER:
+            self._not_in_group("recv")
+            return -1
+        self._check_contiguous(tensor, "recv")
         work = self._world.post_p2p(self._me, "recv", tensor, self._peer(src, group, group_src), group, tag)
         self._world.wait(self._me, work)
         return work._source
@@ -124,6 +145,7 @@ class SimDist:
             kind = getattr(p.op, "__name__", "")
             if kind not in ("isend", "irecv"):
                 raise ValueError(f"P2POp.op must be dist.isend or dist.irecv, got {p.op!r}")
+            self._check_contiguous(p.tensor, kind)
             peer = self._peer(p.peer, p.group, p.group_peer)
             work = self._world.post_p2p(self._me, kind[1:], p.tensor, peer, p.group, p.tag)
             reads, writes = ([p.tensor], []) if kind == "isend" else ([], [p.tensor])
@@ -132,18 +154,53 @@ class SimDist:
         self._world.yield_baton(self._me)
         return works
 
+    # ---- what gloo refuses, or would get wrong
+
+    def _not_in_group(self, what: str):
+        """torch.distributed's answer to a call on a group the rank is not in: a warning, and nothing happens."""
+        self._world.warnings.append(f"rank {self._me.rank} called {what} on GroupMember.NON_GROUP_MEMBER at "
+                                    f"{self._world.site()}: skipped, as torch.distributed skips it")
+        return None
+
+    def _check_contiguous(self, tensor, what: str) -> None:
+        """gloo hands all_reduce, broadcast and point-to-point ops the tensor's raw memory: a column or a strided
+        slice would be read and written as if its elements were packed (wrong elements, silently), and send/recv
+        refuse it. So these ops take contiguous tensors only, and the error says how to get one."""
+        if not isinstance(tensor, torch.Tensor) or tensor.is_contiguous():
+            return
+        if what in ("send", "isend"):
+            gloo, how = "refuse it", f"send a contiguous copy instead: dist.{what}(t.contiguous(), ...)"
+        elif what in ("recv", "irecv"):
+            gloo, how = "refuse it", (f"receive into a contiguous buffer, then copy it into place: "
+                                      f"buf = torch.empty(t.shape, dtype=t.dtype); dist.{what}(buf, ...); t.copy_(buf)")
+        else:
+            gloo = "read and write the wrong elements, silently"
+            how = (f"{what} a contiguous buffer and copy the result back: buf = t.contiguous(); "
+                   f"dist.{what}(buf, ...); t.copy_(buf) (`.contiguous()` is a copy: handing it to dist.{what} "
+                   f"alone would leave t unchanged)")
+        raise NonContiguousError(
+            f"rank {self._me.rank} passed a non-contiguous {_desc(tensor)} tensor (strides {tuple(tensor.stride())}: "
+            f"a column, a strided slice or a transpose) to {what} at {self._world.site()}. gloo runs {what} on "
+            f"the tensor's raw memory, so it would {gloo}. To fix it, {how}.")
+
     # ---- collectives
 
     def _size(self, group) -> int:
         return len((group or self._world.WORLD).ranks) if isinstance(group or self._world.WORLD, ProcessGroup) else 0
 
     def all_reduce(self, tensor, op=ReduceOp.SUM, group=None, async_op=False):
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("all_reduce")
         op = _reduce_op(op)
+        check_reduce_dtype(op, tensor, "all_reduce")
+        self._check_contiguous(tensor, "all_reduce")
         call = _Call("all_reduce", _all_reduce, {"tensor": _desc(tensor), "op": op.name},
                      reads=[tensor], writes=[tensor], nbytes=_nbytes(tensor), tensor=tensor, op=op)
         return self._world.collective(self._me, call, group, async_op)
 
     def all_gather(self, tensor_list, tensor, group=None, async_op=False):
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("all_gather")
         n = self._size(group)
         if len(tensor_list) != n or any(t.shape != tensor.shape or t.dtype != tensor.dtype for t in tensor_list):
             raise ValueError(f"all_gather on rank {self._me.rank}: tensor_list must hold {n} tensors shaped like "
@@ -153,6 +210,8 @@ class SimDist:
         return self._world.collective(self._me, call, group, async_op)
 
     def all_gather_into_tensor(self, output_tensor, input_tensor, group=None, async_op=False):
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("all_gather_into_tensor")
         n = self._size(group)
         if output_tensor.numel() != n * input_tensor.numel() or output_tensor.dtype != input_tensor.dtype:
             raise ValueError(f"all_gather_into_tensor on rank {self._me.rank}: the output must hold {n} x the input "
@@ -164,7 +223,10 @@ class SimDist:
         return self._world.collective(self._me, call, group, async_op)
 
     def reduce_scatter_tensor(self, output, input, op=ReduceOp.SUM, group=None, async_op=False):
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("reduce_scatter_tensor")
         n, op = self._size(group), _reduce_op(op)
+        check_reduce_dtype(op, input, "reduce_scatter_tensor")
         if input.numel() != n * output.numel() or output.dtype != input.dtype:
             raise ValueError(f"reduce_scatter_tensor on rank {self._me.rank}: the input must hold {n} x the output "
                              f"{_desc(output)} of the same dtype, got {_desc(input)}")
@@ -174,10 +236,13 @@ class SimDist:
         return self._world.collective(self._me, call, group, async_op)
 
     def broadcast(self, tensor, src=None, group=None, async_op=False, group_src=None):
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("broadcast")
         src = self._peer(src, group, group_src)
         g = group or self._world.WORLD
         if src is None or (isinstance(g, ProcessGroup) and src not in g.ranks):
             raise ValueError(f"broadcast on rank {self._me.rank}: src={src!r} must be a (global) rank of {g}")
+        self._check_contiguous(tensor, "broadcast")
         is_root = src == self._me.rank
         call = _Call("broadcast", _broadcast, {"tensor": _desc(tensor), "src": src},
                      reads=[tensor] if is_root else [], writes=[] if is_root else [tensor],
@@ -185,6 +250,8 @@ class SimDist:
         return self._world.collective(self._me, call, group, async_op)
 
     def barrier(self, group=None, async_op=False, device_ids=None):
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("barrier")
         return self._world.collective(self._me, _Call("barrier", _nothing, {}), group, async_op)
 
 

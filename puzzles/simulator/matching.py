@@ -6,8 +6,11 @@ matching recv; the last rank of the group), the data moves (collectives.py for a
 send), the ranks' communication clocks advance by what the message costs (clock.py), and the handles are
 done. A rank that needs the result waits on its handle: `wait()` passes the baton on (world.py) until then.
 
-When every rank that has not returned waits and none can ever proceed, `_stuck_error` says why: each rank's
-pending call, or two sets of ranks stuck in collectives that can never meet.
+A collective reads all of its inputs before it writes any output, as gloo does: an input that overlaps an output
+of its own rank (`reduce_scatter_tensor(out, inp)` with `out` a chunk of `inp`; `all_gather_into_tensor(out,
+out[r*k:(r+1)*k])`) is copied first, off the ledger (`_snapshot_aliased_inputs`), so collectives.py stays plain.
+
+Work handles (in flight, wait, poll) are in handles.py; what a stuck run looks like, in deadlock.py.
 
 `_Matching` is a mixin: `World` (world.py) inherits these methods and holds the state they use (`open`,
 `sends`, `recvs`, `ranks`, ...).
@@ -19,42 +22,40 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .clock import Event
+from .clock import Event, phase
 from .collectives import _Call, _Collective, _P2P
-from .clock import phase
-from .mode import _tensors_in, _tensors_out
-from .types import (NON_GROUP_MEMBER, CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
-                        P2PMismatchError, ProcessGroup, SimError, Work, _Abort, _desc)
+from .deadlock import _doing, _lines
+from .handles import _overlaps
+from .types import (NON_GROUP_MEMBER, CollectiveMismatchError, IsolationError, P2PMismatchError, ProcessGroup, Work,
+                    _Abort, _desc)
 
 if TYPE_CHECKING:
     from .world import _RankState
 
 
-def _span(t: torch.Tensor):
-    """(storage key, first byte, one past the last byte) that tensor `t` can touch."""
-    size = t.element_size()
-    lo = t.storage_offset()
-    hi = lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 if t.numel() else 0)
-    return t.untyped_storage()._cdata, lo * size, hi * size
+# The collectives whose input and output are different arguments: the field of `_Call` that holds the input.
+_INPUT_FIELD = {"all_gather": "tensor", "all_gather_into_tensor": "input", "reduce_scatter_tensor": "input"}
 
 
-def _written_args(func, args, kwargs) -> list[torch.Tensor]:
-    written = []
-    positional = [a for a in func._schema.arguments if not a.kwarg_only]
-    for i, a in enumerate(func._schema.arguments):
-        if a.alias_info is None or not a.alias_info.is_write:
-            continue
-        value = args[i] if (i < len(args) and i < len(positional)) else kwargs.get(a.name)
-        written.extend(_tensors_out(value))
-    return written
+def _snapshot_aliased_inputs(calls) -> None:
+    """gloo reads every input of a collective before it writes any output. collectives.py writes the outputs rank
+    by rank, so an input that overlaps an output of its own rank (measured on gloo: ZeRO's in-place
+    `reduce_scatter_tensor(out, inp)` with `out` rank r's chunk of `inp`, an all-gather whose input sits in another
+    rank's slot of the output) would be overwritten before it is read. Copy such an input first. (Inputs of
+    different ranks never overlap: each rank has its own memory.)"""
+    for c in calls:
+        field = _INPUT_FIELD.get(c.name)
+        if field is not None and any(_overlaps(getattr(c, field), w) for w in c.writes):
+            setattr(c, field, getattr(c, field).detach().clone())
 
 
 class _Matching:
-    """World's communication methods: collectives, point to point, wait(), and what a stuck world looks like."""
+    """World's communication methods: collectives and point to point."""
 
     # ---- collectives
 
     def collective(self, me: _RankState, call: _Call, group, async_op: bool):
+        self.caller(me, call.name)
         group = self.check_group(me, group, call.name)
         for t in call.reads + call.writes:
             self.check_owned(me, t, call.name)
@@ -66,14 +67,15 @@ class _Matching:
         seq = me.seq.get(group.id, 0)
         me.seq[group.id] = seq + 1
         call.rank, call.issued, call.site = me.rank, me.clock.compute, self.site()
-        call.phase = phase()
+        call.phase, call.callers = phase(), self.sites.callers()
         me.last_site = call.site
         coll = self.open.setdefault((group.id, seq), _Collective(call.name, group, seq))
         if coll.calls:
             self._check_signature(coll, call)
         work = Work(self, me.rank, call.name, call.site)
-        work._describe = lambda: (f"{coll.where()} at {call.site}: ranks {sorted(coll.calls)} have arrived, "
-                                  f"waiting for ranks {[r for r in group.ranks if r not in coll.calls]}")
+        work._describe = lambda: (f"{coll.where()}; ranks {sorted(coll.calls)} have arrived, waiting for ranks "
+                                  f"{[r for r in group.ranks if r not in coll.calls]}"
+                                  + _lines("at", call.site, call.callers) + _doing(call.phase, me))
         call.work = work
         coll.calls[me.rank] = call
         if async_op:
@@ -109,6 +111,7 @@ class _Matching:
         calls = [coll.calls[r] for r in coll.group.ranks]
         coll.calls.clear()  # waiting ranks hold `coll` until they resume: it must not keep the others' tensors alive
         with self.untracked(self.ranks[self.current_rank()]):
+            _snapshot_aliased_inputs(calls)
             calls[0].exchange(calls)
         n = len(calls)
         if coll.name == "new_group":  # bookkeeping, not traffic: it takes no simulated time
@@ -150,6 +153,7 @@ class _Matching:
     # ---- point to point
 
     def post_p2p(self, me: _RankState, kind: str, tensor, peer, group, tag: int) -> Work:
+        self.caller(me, kind)
         group = self.check_group(me, group, kind)
         self.check_owned(me, tensor, kind)
         if peer is not None:
@@ -164,8 +168,8 @@ class _Matching:
         site = self.site()
         me.last_site = site
         work = Work(self, me.rank, kind, site)
-        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase())
-        work._describe = p.describe
+        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), self.sites.callers())
+        work._describe = lambda: p.describe() + _doing(p.phase, me)
         if kind == "send":
             match = next((r for r in self.recvs if r.accepts(p)), None)
             pair = (p, match)
@@ -204,100 +208,3 @@ class _Matching:
             p.work._finish(end)
         recv.work._source = send.rank
 
-    # ---- async bookkeeping
-
-    def _mark_inflight(self, me: _RankState, work: Work, reads, writes, what: str) -> None:
-        # The entry holds the tensor, as a real Work does until wait(): its memory cannot be freed and reused
-        # (by an unrelated tensor that would then look "in flight") while the op may still be using it.
-        for t in reads:
-            me.inflight.append((*_span(t), True, work, what, t))
-        for t in writes:
-            me.inflight.append((*_span(t), False, work, what, t))
-        me.unwaited.append(work)
-
-    def check_inflight(self, me: _RankState, func, args, kwargs) -> None:
-        written = {id(t) for t in _written_args(func, args, kwargs)}
-        for t in _tensors_in(args, kwargs):
-            self._check_access(me, t, id(t) in written, f"aten.{func.__name__}")
-
-    def _check_access(self, me: _RankState, t: torch.Tensor, writes: bool, what: str) -> None:
-        key, lo, hi = _span(t)
-        for k, a, b, read_ok, work, opname, _ in me.inflight:
-            if k == key and lo < b and a < hi and (writes or not read_ok):
-                verb = "wrote" if writes else "read"
-                raise InFlightError(
-                    f"rank {me.rank} {verb} a {_desc(t)} tensor in {what} at {self.sites.here()} while its "
-                    f"async {opname} (issued at {work.site}) was still in flight. Call work.wait() on that "
-                    f"handle first: until then the {'data being sent' if read_ok else 'result'} is not yours "
-                    f"to {'change' if read_ok else 'use'}.")
-
-    def wait(self, me: _RankState, work: Work) -> None:
-        if work._rank != me.rank:
-            raise IsolationError(f"rank {me.rank} called wait() on a handle that belongs to rank {work._rank}")
-        if not work._done:
-            me.wait_site = self.site()
-            try:
-                self.yield_baton(me, block_on=work)
-            finally:
-                me.wait_site = ""
-        me.clock.compute = max(me.clock.compute, work._end)
-        work._waited = True
-        me.inflight = [x for x in me.inflight if x[4] is not work]
-        if work in me.unwaited:
-            me.unwaited.remove(work)
-
-    # ---- what a stuck world looks like
-
-    def _stuck_error(self) -> SimError:
-        mismatch = self._group_mismatch()
-        if mismatch:
-            return CollectiveMismatchError(mismatch)
-        lines, hints = [], []
-        for r in self.ranks:
-            if r.status == "done":
-                last = f" (its last communication: {r.last_site})" if r.last_site else ""
-                lines.append(f"rank {r.rank}: has returned{last}")
-            else:
-                waited_elsewhere = r.wait_site and r.wait_site != r.waiting.site
-                lines.append(f"rank {r.rank}: waits in {r.waiting._describe()}"
-                             + (f" (blocked in wait() at {r.wait_site})" if waited_elsewhere else ""))
-        for a in self.ranks:
-            for b in self.ranks:
-                pa, pb = self._blocked_p2p(a), self._blocked_p2p(b)
-                if a.rank < b.rank and pa and pb and pa.kind == pb.kind == "send" \
-                        and pa.peer == b.rank and pb.peer == a.rank:
-                    hints.append(f"ranks {a.rank} and {b.rank} both send first: a blocking send waits for the "
-                                 f"matching recv, so one side must receive first (or use isend/irecv, "
-                                 f"or batch_isend_irecv).")
-        returned = [r.rank for r in self.ranks if r.status == "done"]
-        if returned:
-            hints.append(f"rank(s) {returned} returned while others still wait for them: did a rank skip a "
-                         f"send, recv or collective that its partners make?")
-        return DeadlockError("every rank that has not returned is blocked, so none can ever proceed:\n  "
-                             + "\n  ".join(lines) + ("\n" + "\n".join(hints) if hints else ""))
-
-    def _blocked_p2p(self, r: _RankState) -> _P2P | None:
-        if r.status != "blocked":
-            return None
-        return next((p for p in self.sends + self.recvs if p.work is r.waiting), None)
-
-    def _blocked_collective(self, r: _RankState) -> _Collective | None:
-        if r.status != "blocked":
-            return None
-        return next((c for c in self.open.values() if any(x.work is r.waiting for x in c.calls.values())), None)
-
-    def _group_mismatch(self) -> str | None:
-        """Ranks stuck in two different collectives, each waiting for a rank that sits in the other."""
-        for a in self.ranks:
-            ca = self._blocked_collective(a)
-            if ca is None:
-                continue
-            for m in ca.group.ranks:
-                if m in ca.calls:
-                    continue
-                cb = self._blocked_collective(self.ranks[m])
-                if cb is not None and cb is not ca:
-                    return (f"rank {a.rank} waits in {ca.where()} at {ca.calls[a.rank].site}, while rank {m} "
-                            f"waits in {cb.where()} at {cb.calls[m].site}. The ranks of a group must make the same "
-                            f"collective calls, on the same group, in the same order; these two can never meet.")
-        return None

@@ -31,13 +31,17 @@ _SIM_FILES = {os.path.join(_HERE, f) for f in os.listdir(_HERE) if f.endswith(".
 
 class SiteFinder:
     """Finds the learner's line in a Python stack: the innermost frame outside torch, the standard library,
-    the simulator and any `library_files` (shared helpers such as the puzzles' model.py)."""
+    the simulator and any `library_files` (shared helpers such as the puzzles' model.py). A frame of the
+    `harness_files` (the grader's code around the learner's) is the site only when no learner's frame lies
+    beyond it: when the learner calls the grader's wrapper of `dist`, the learner's call is the site."""
 
     def __init__(self, library_files=(), harness_files=()):
         self._internal = {os.path.abspath(f) for f in library_files} | _SIM_FILES
         self._harness = {os.path.abspath(f) for f in harness_files}
         self._cache: dict[str, bool] = {}
+        self._harness_cache: dict[str, bool] = {}
         self._sites: dict = {}
+        self._callers: dict = {}
 
     def _is_internal(self, filename: str) -> bool:
         hit = self._cache.get(filename)
@@ -48,24 +52,67 @@ class SiteFinder:
             self._cache[filename] = hit
         return hit
 
+    def _is_harness(self, filename: str) -> bool:
+        hit = self._harness_cache.get(filename)
+        if hit is None:
+            hit = self._harness_cache[filename] = bool(self._harness) and os.path.abspath(filename) in self._harness
+        return hit
+
     def user_frame(self, frame):
+        """The innermost frame outside torch, the standard library and the simulator (harness or learner)."""
         while frame is not None and self._is_internal(frame.f_code.co_filename):
             frame = frame.f_back
         return frame
 
+    def _learner_beyond(self, frame):
+        """The first learner's frame (not internal, not harness) at or beyond `frame`, or None."""
+        while frame is not None and (self._is_internal(frame.f_code.co_filename)
+                                     or self._is_harness(frame.f_code.co_filename)):
+            frame = frame.f_back
+        return frame
+
+    def site_frame(self, frame):
+        """The frame that names the site: the innermost frame outside torch, the standard library and the
+        simulator; but if that is the harness's and its caller (beyond any more harness frames) is the learner's,
+        the learner's (the learner called the grader's wrapper of `dist`)."""
+        frame = self.user_frame(frame)
+        if frame is None or not self._is_harness(frame.f_code.co_filename):
+            return frame
+        caller = frame
+        while caller is not None and self._is_harness(caller.f_code.co_filename):
+            caller = caller.f_back
+        return caller if caller is not None and not self._is_internal(caller.f_code.co_filename) else frame
+
     def here(self) -> str:
         """The learner's line that led to this call."""
-        frame = self.user_frame(sys._getframe(1))
+        frame = self.site_frame(sys._getframe(1))
         if frame is None:
             return "?"
         key = (frame.f_code, frame.f_lineno)
         site = self._sites.get(key)
         if site is None:
             site = describe_frame(frame)
-            if os.path.abspath(frame.f_code.co_filename) in self._harness:
+            if self._is_harness(frame.f_code.co_filename):
                 site = f"[harness] {site}"  # the grader's own code around the learner's, not the learner's
             self._sites[key] = site
         return site
+
+    def callers(self, limit: int = 2) -> list[str]:
+        """The learner's lines beyond the site, innermost first: the calls that led to the function the site is
+        in (a helper's callers), up to `limit` of them. Harness frames are left out."""
+        frame = self.site_frame(sys._getframe(1))
+        out = []
+        frame = frame.f_back if frame is not None else None
+        while frame is not None and len(out) < limit:
+            frame = self._learner_beyond(frame)
+            if frame is None:
+                break
+            key = (frame.f_code, frame.f_lineno)
+            if key not in self._callers:
+                self._callers[key] = describe_frame(frame)
+            out.append(self._callers[key])
+            frame = frame.f_back
+        return out
 
     def allocation_site(self) -> str:
         """The learner's line that allocated a storage, and the autograd node when backward allocated it."""
@@ -205,7 +252,8 @@ class StorageTracker:
         self.owner: dict[int, int] = {}
         self._refs: dict[int, weakref.ref] = {}
 
-    def adopt(self, storage, rank: int, site: str) -> None:
+    def adopt(self, storage, rank: int, site: str, charge: bool = True) -> None:
+        """Make `rank` the owner of `storage` and (with `charge`) put its bytes on the rank's ledger."""
         key = storage._cdata
         if key in self.owner:
             return
@@ -219,7 +267,7 @@ class StorageTracker:
 
         self._refs[key] = weakref.ref(storage, _finalize)
         nbytes = storage.nbytes()
-        if nbytes:
+        if nbytes and charge:
             ledger.allocate(key, nbytes, site)
 
     def owner_of(self, storage):

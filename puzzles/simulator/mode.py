@@ -2,7 +2,8 @@
 
 There the op is checked (a tensor that lives on another rank raises IsolationError; one that an async op has not
 released yet raises InFlightError), the storages it makes are charged to the rank's memory ledger (memory.py),
-and its FLOPs advance the rank's compute clock (clock.py).
+and its FLOPs advance the rank's compute clock (clock.py). Once the run has stopped, every op of the rank's
+thread raises, so that the thread unwinds even through a loop that catches the first stop.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .clock import follow_labels, op_flops, phase
-from .types import IsolationError
+from .types import IsolationError, _Abort
 
 if TYPE_CHECKING:
     from .world import World, _RankState
@@ -63,8 +64,18 @@ class _RankMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         me, world = self.me, self.world
-        if me.untracked or world.aborted:
+        if me.untracked:
             return func(*args, **kwargs)
+        if world.aborted:  # the run has stopped: this rank's thread must unwind, whatever it catches
+            raise _Abort
+        if me.loading:  # the rank's own module being imported (sim.run's make_fn): its tensors, off the ledger
+            out = func(*args, **kwargs)
+            for t in _tensors_out(out):
+                try:
+                    world.storage.adopt(t.untyped_storage(), me.rank, "loading the rank's module", charge=False)
+                except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+                    pass
+            return out
         if follow_labels(func, args, me.labels):
             return func(*args, **kwargs)
 

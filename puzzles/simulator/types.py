@@ -44,6 +44,26 @@ class InFlightError(SimError):
     """A tensor was touched while an async op on it had not been waited for."""
 
 
+class WorkError(SimError):
+    """A work handle was used in a way a real backend hangs on: a point-to-point handle (isend, irecv,
+    batch_isend_irecv) waited for a second time (gloo's second wait() never returns)."""
+
+
+class UnwaitedWorkError(WorkError):
+    """A rank returned without calling wait() on a handle its isend, irecv, batch_isend_irecv or async collective
+    returned. On real processes such a message can be lost (the partner hangs) or read half done."""
+
+
+class NonContiguousError(SimError, ValueError):
+    """A non-contiguous tensor (a column, a strided slice, a transpose) was handed to an op that gloo runs on the
+    tensor's raw memory: all_reduce and broadcast would read and write the wrong elements, send and recv raise."""
+
+
+class RankThreadError(SimError):
+    """`dist`, or a work handle, was used outside the thread of the rank it belongs to: from a thread the rank
+    started, or after its run had ended."""
+
+
 class TimeLimitError(SimError):
     """A rank ran past the time limit without communicating or returning."""
 
@@ -62,22 +82,49 @@ class _Abort(BaseException):
 
 
 class ReduceOp(enum.Enum):
+    """The reductions gloo runs. AVG and the bitwise ops take some dtypes only (see `check_reduce_dtype`)."""
+
     SUM = "sum"
     AVG = "avg"
     PRODUCT = "product"
     MIN = "min"
     MAX = "max"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
+
+
+_SUPPORTED_OPS = ", ".join(op.name for op in ReduceOp)
 
 
 def _reduce_op(op) -> ReduceOp:
-    """Accept our ReduceOp or torch.distributed.ReduceOp.X (both have .name)."""
+    """Our ReduceOp, from ours or from torch.distributed.ReduceOp.X. Anything else is refused as torch refuses it:
+    a string or a number is a TypeError there too, and PREMUL_SUM is NCCL's alone."""
     if isinstance(op, ReduceOp):
         return op
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    name = getattr(op, "name", None) or getattr(getattr(op, "op", None), "name", None)  # a torch RedOpType / ReduceOp
+    if not isinstance(name, str) or isinstance(op, str):
+        raise TypeError(f"op={op!r}: a reduce op is a member of dist.ReduceOp ({_SUPPORTED_OPS}), not a "
+                        f"{type(op).__name__} (torch.distributed refuses it too)")
     try:
-        return ReduceOp[name.upper()]
+        return ReduceOp[name]
     except KeyError:
-        raise ValueError(f"unsupported reduce op {op!r}; use dist.ReduceOp.SUM, AVG, PRODUCT, MIN or MAX") from None
+        raise ValueError(f"ReduceOp.{name} is not supported here (gloo rejects it: it is NCCL's alone); "
+                         f"use one of {_SUPPORTED_OPS}") from None
+
+
+def check_reduce_dtype(op: ReduceOp, t: torch.Tensor, what: str) -> None:
+    """Refuse what torch.distributed refuses: bitwise ops on floats ("Cannot use ReduceOp.BAND with non-integral
+    dtype"), and AVG on integers or bools (the average is not an integer: gloo raises "result type Float can't be
+    cast to the desired output type")."""
+    exact = not (t.is_floating_point() or t.is_complex())
+    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and not exact:
+        raise ValueError(f"{what} with ReduceOp.{op.name} on a {_desc(t)} tensor: bitwise reductions take integer "
+                         f"or bool tensors only (torch.distributed raises here too)")
+    if op is ReduceOp.AVG and exact:
+        raise ValueError(f"{what} with ReduceOp.AVG on a {_desc(t)} tensor: the average of integers is not an "
+                         f"integer, and torch.distributed refuses it. Reduce with SUM, then divide in a floating "
+                         f"dtype (x.double() / world_size).")
 
 
 class ProcessGroup:
@@ -121,27 +168,33 @@ class P2POp:
 
 class Work:
     """What an async op returns. `wait()` blocks until the op is done and joins its end time into the
-    compute stream; until then the tensors it reads may not be written and the tensors it writes may not be used."""
+    compute stream; until then the tensors it reads may not be written and the tensors it writes may not be used.
+    Every handle must be waited for once before its rank returns (UnwaitedWorkError), and a point-to-point handle
+    no more than once (WorkError): real backends lose or hang on the rest."""
 
     def __init__(self, world: World, rank: int, what: str, site: str):
         self._world, self._rank, self.what, self.site = world, rank, what, site
         self._done = False
         self._end = 0
         self._waited = False
+        self._wait_site = ""  # where the learner first waited for it
         self._source = None
         self._describe = lambda: what  # replaced by the op that owns this handle
 
     def is_completed(self) -> bool:
         # Counts as a communication call: it passes the baton, so a polling loop lets the partners progress.
-        self._world.yield_baton(self._world.rank_state(self._rank))
-        return self._done
+        # A send or recv handle says True only once waited for: gloo's do (measured: False until wait()).
+        self._world.poll(self)
+        return self._waited if self.what in ("send", "recv") else self._done
 
     def wait(self, timeout=None) -> bool:
-        self._world.wait(self._world.rank_state(self._rank), self)
+        self._world.wait_handle(self)
         return True
 
     def source_rank(self) -> int | None:
         return self._source
+
+    _source_rank = source_rank  # the name torch.distributed's own recv uses
 
     def _finish(self, end: int) -> None:
         """Mark the op done at tick `end`. Drop its description too: that closure holds the op's tensors and

@@ -6,15 +6,19 @@ comes back. So every run interleaves the same way. If no rank can make progress 
 run fails and says why. A supervisor in the caller's thread stops a rank that computes for too long without
 communicating.
 
-`World` inherits its communication methods (matching sends with recvs, and the ranks of a collective) from
-matching.py. The dispatch mode that watches each rank's ops is in mode.py, and the `dist` that each rank's
-`fn` receives in dist.py.
+A rank whose code raises is finished; the others run on until each returns, raises or waits for it, so that an
+error every rank makes is reported as such, not as the error of whichever rank the baton reached first. Only the
+rank's own thread may call `dist`: a thread the rank starts, or a `dist` kept after its run, gets RankThreadError.
+
+`World` inherits its communication methods from matching.py (sends with recvs, the ranks of a collective),
+handles.py (async ops and wait), deadlock.py (what a stuck run looks like) and failures.py (a rank's own error,
+which thread may call dist). The dispatch mode that watches each rank's ops is in mode.py, and the `dist` that
+each rank's `fn` receives in dist.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import threading
 import time
@@ -24,7 +28,10 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .clock import CostModel, RankClock
 from .collectives import _Collective, _P2P
+from .deadlock import _Diagnosis
 from .dist import SimDist
+from .failures import _FINISHED, _Failures, _async_raise, _keep_stopping, _note
+from .handles import _Handles
 from .matching import _Matching
 from .memory import Ledger, SiteFinder, StorageTracker, describe_frame, place_inputs, private_copy
 from .mode import _RankMode
@@ -40,12 +47,14 @@ class _RankState:
 
     def __init__(self, rank: int):
         self.rank = rank
-        self.status = "ready"  # ready | running | blocked | done
+        self.status = "ready"  # ready | running | blocked | done | failed (its code raised)
         self.waiting: Work | None = None
         self.wait_site = ""
+        self.wait_callers: list[str] = []
         self.go = threading.Lock()
         self.go.acquire()  # held: the rank's thread blocks on it until the baton is handed over
         self.thread: threading.Thread | None = None
+        self.loading = False  # making the rank's own fn (sim.run's make_fn): its tensors are its own, off the ledger
         self.clock = RankClock()
         self.seq: dict[int, int] = {}  # group id -> number of collectives this rank has called on it
         self.labels: list[str] = []  # active record_function names
@@ -58,7 +67,7 @@ class _RankState:
         self.last_site = ""
 
 
-class World(_Matching):
+class World(_Matching, _Handles, _Diagnosis, _Failures):
     """All the state of one run. Nothing is global, so runs are independent and repeatable."""
 
     def __init__(self, world_size: int, cost: CostModel, seed: int, timeout: float, library_files=(),
@@ -80,8 +89,11 @@ class World(_Matching):
         self.recvs: list[_P2P] = []
         self.warnings: list[str] = []
         self.aborted = False
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # the run's own error: a deadlock, a mismatch, a time limit, ...
         self.failed_rank: int | None = None
+        self.rank_errors: dict[int, BaseException] = {}  # what each rank's own code raised
+        self.ended = False  # run() has returned: a `dist` kept from this run is dead
+        self._thread_ranks: dict[int, _RankState] = {}  # thread ident -> the rank that thread runs
         self.running = 0
         self.turn_started = time.monotonic()  # when the running rank got the baton (for the time limit)
         self._mutex = threading.Lock()
@@ -117,7 +129,8 @@ class World(_Matching):
         if owner is None:
             return (f"rank {rank} used a {_desc(t)} tensor that lives on no rank, in {what} at {where}. "
                     f"It was made outside the simulated ranks (a global? a module-level constant? a default "
-                    f"argument?). Create it inside the rank's function, or pass it in through sim.run(args=...).")
+                    f"argument? a thread the rank started?). Create it inside the rank's function, or pass it in "
+                    f"through sim.run(args=...).")
         return (f"rank {rank} used a {_desc(t)} tensor that lives on rank {owner}, in {what} at {where}. "
                 f"Each rank has its own memory: data moves between ranks only by communication "
                 f"(send/recv or a collective).")
@@ -134,30 +147,32 @@ class World(_Matching):
     def yield_baton(self, me: _RankState, block_on: Work | None = None) -> None:
         """Hand the baton to the next rank that can run, in rank order after `me`; return when it is `me`'s
         turn again (at once, if nobody else can run). With `block_on`, `me` cannot run until that op is done."""
+        finished = me.status in _FINISHED
         if block_on is not None and not block_on._done:
             me.status, me.waiting = "blocked", block_on
-        elif me.status != "done":
+        elif not finished:
             me.status = "ready"
         with self._mutex:
             if self.aborted:
                 raise _Abort
             nxt = self._next_runnable(me.rank)
             if nxt is None:
-                if all(r.status == "done" for r in self.ranks):
+                if all(r.status in _FINISHED for r in self.ranks):
                     self._finish_locked()
                     return
-                self._fail_locked(self._stuck_error())
+                # Nobody can run: a deadlock, unless a rank has raised (then the others wait for it in vain).
+                self._fail_locked(None if self.rank_errors else self._stuck_error())
                 raise _Abort
             self.running, self.turn_started = nxt.rank, time.monotonic()
             if nxt is me:
                 me.status, me.waiting = "running", None
                 return
             nxt.status, nxt.waiting = "running", None
-            if me.status != "done":
+            if not finished:
                 with self.untracked(me):
                     me.rng = torch.get_rng_state()
             nxt.go.release()
-        if me.status == "done":
+        if finished:
             return
         me.go.acquire()
         if self.aborted:
@@ -166,6 +181,9 @@ class World(_Matching):
             torch.set_rng_state(me.rng)
 
     def _finish_locked(self) -> None:
+        if self.rank_errors:  # a rank raised, and every other rank has finished: that error is the story
+            self._signal_done()
+            return
         dangling = [p.describe() for p in self.sends + self.recvs]
         dangling += [f"{c.where()}, which ranks {sorted(c.calls)} entered at "
                      f"{'; '.join(x.site for x in c.calls.values())}, but ranks "
@@ -173,10 +191,13 @@ class World(_Matching):
         if dangling:
             self.error = UnmatchedError(
                 "every rank returned, but some communication was never matched:\n  - " + "\n  - ".join(dangling))
+        else:
+            self.error = self._unwaited_error()
         self._signal_done()
 
-    def _fail_locked(self, error: BaseException, rank: int | None = None) -> None:
-        if self.error is None:
+    def _fail_locked(self, error: BaseException | None, rank: int | None = None) -> None:
+        """Stop the run: wake every rank so that it unwinds. `error` is the run's own (None: a rank's error)."""
+        if self.error is None and error is not None:
             self.error, self.failed_rank = error, rank
         self.aborted = True
         me = self.current_rank()
@@ -203,8 +224,21 @@ class World(_Matching):
 
         return place_inputs(args, copy_tensor)
 
-    def _rank_main(self, me: _RankState, fn, args) -> None:
+    def _make_fn(self, me: _RankState, make_fn):
+        """The rank's own fn, made in its own thread: a module imported here (sim.run's make_fn) is this rank's,
+        as each real process imports its own. Its tensors belong to the rank but stay off the ledger and its random
+        draws leave the rank's stream alone, as the real backend imports the module before it starts measuring."""
+        me.loading = True
+        try:
+            return make_fn(me.rank)
+        finally:
+            me.loading = False
+            with self.untracked(me):
+                torch.set_rng_state(me.rng)
+
+    def _rank_main(self, me: _RankState, fn, make_fn, args) -> None:
         self._local.rank = me.rank
+        self._thread_ranks[threading.get_ident()] = me
         _active.world = self
         me.go.acquire()
         if self.aborted:
@@ -215,28 +249,26 @@ class World(_Matching):
             torch.set_num_threads(1)
             torch.set_rng_state(me.rng)
             with _RankMode(self, me):
+                if make_fn is not None:
+                    fn = self._make_fn(me, make_fn)
                 placed = self._place(me, tuple(args))
                 me.result = fn(SimDist(self, me.rank), *placed)
                 self.ledgers[me.rank].close()  # what the rank holds as it returns, its inputs included
                 del placed
         except _Abort:
             return
-        except BaseException as exc:  # the learner's error: stop everybody, re-raise it in the caller
-            with self._mutex:
-                self._fail_locked(exc, me.rank)
+        except BaseException as exc:  # the learner's error: this rank is finished; the others run on
+            self._rank_failed(me, exc)
             return
-        for w in me.unwaited:
-            if w._done:
-                self.warnings.append(f"rank {me.rank} returned without calling wait() on its {w.what} issued at "
-                                     f"{w.site}")
         me.status = "done"
         try:
             self.yield_baton(me)
         except _Abort:
             pass
 
-    def run(self, fn, args, rank_args) -> None:
-        """Run `fn` on every rank until all return; re-raise the first error. (sim.run collects the result.)"""
+    def run(self, fn, args, rank_args, make_fn=None) -> None:
+        """Run `fn` (or each rank's `make_fn(rank)`) on every rank until all return; re-raise the first error.
+        (sim.run collects the result.)"""
         if getattr(_active, "world", None) is not None:
             raise RuntimeError("sim.run cannot be called from inside a simulated rank")
         main_rng, main_threads = torch.get_rng_state(), torch.get_num_threads()
@@ -247,7 +279,7 @@ class World(_Matching):
                 torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
                 r.rng = torch.get_rng_state()
                 per_rank = tuple(rank_args[r.rank]) if rank_args is not None else ()
-                r.thread = threading.Thread(target=self._rank_main, args=(r, fn, (*args, *per_rank)),
+                r.thread = threading.Thread(target=self._rank_main, args=(r, fn, make_fn, (*args, *per_rank)),
                                             name=f"sim-rank-{r.rank}", daemon=True)
                 r.thread.start()
             self.running, self.turn_started = 0, time.monotonic()
@@ -255,10 +287,13 @@ class World(_Matching):
             self.ranks[0].go.release()
             self._supervise()
         finally:
+            self.ended = True
             torch.set_rng_state(main_rng)
             torch.set_num_threads(main_threads)
             if gc_was_enabled:
                 gc.enable()
+        if self.rank_errors:
+            raise self._rank_error()
         if self.error is not None:
             error = self.error
             if self.failed_rank is not None:
@@ -284,7 +319,7 @@ class World(_Matching):
                     if self._done_signalled:
                         continue
                     culprit = self.ranks[self.running]
-                    where = describe_frame(self.sites.user_frame(_current_frame(culprit.thread)))
+                    where = describe_frame(self.sites.site_frame(_current_frame(culprit.thread)))
                     if now - self.turn_started > self.timeout:
                         error = TimeLimitError(
                             f"rank {culprit.rank} ran for more than {self.timeout:g} s of wall time without "
@@ -303,12 +338,21 @@ class World(_Matching):
                 _async_raise(self.ranks[self.running].thread)
             raise
         finally:
-            stop = time.monotonic() + 5.0
+            # A rank thread unwinds at once, unless it catches the stop (`except BaseException` in a loop): then
+            # raise it again and again until the thread ends, for at most 5 s here, and after that from a daemon.
+            stop = time.monotonic() + 0.5
             for r in self.ranks:
                 r.thread.join(timeout=max(0.0, stop - time.monotonic()))
-            stuck = [r.rank for r in self.ranks if r.thread.is_alive()]
-            if stuck and self.error is not None:
-                _note(self.error, f"(the threads of ranks {stuck} are still busy in C code and were abandoned)")
+            stuck = [r for r in self.ranks if r.thread.is_alive()]
+            if stuck:
+                _keep_stopping([r.thread for r in stuck])
+                stop = time.monotonic() + 5.0
+                for r in stuck:
+                    r.thread.join(timeout=max(0.0, stop - time.monotonic()))
+                stuck = [r.rank for r in stuck if r.thread.is_alive()]
+                if stuck and self.error is not None:
+                    _note(self.error, f"(the threads of ranks {stuck} did not stop within 5 s: busy in C code, or "
+                                      f"catching every exception; they are still being stopped)")
 
 
 _active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)
@@ -320,12 +364,3 @@ def _current_frame(thread: threading.Thread):
     return sys._current_frames().get(thread.ident)
 
 
-def _async_raise(thread: threading.Thread) -> None:
-    """Raise _Abort inside another thread at its next Python bytecode: how a runaway loop is stopped."""
-    if thread.is_alive():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Abort))
-
-
-def _note(error: BaseException, text: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(text)

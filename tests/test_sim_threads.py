@@ -1,0 +1,138 @@
+"""Only a rank's own thread may call its `dist`: a thread the rank starts, another rank's thread, or the caller of
+sim.run after the run get RankThreadError, never an internal error. Once a run has stopped, every dist call and
+tensor op in a rank's thread raises, and a thread that catches even that is stopped again until it ends."""
+
+import threading
+import time
+
+import pytest
+import torch
+from sim_helpers import site_in
+
+from puzzles import sim
+
+
+def site(marker: str) -> str:
+    return site_in(__file__, marker)
+
+
+def rank_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("sim-rank")]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("swallow", [False, True])
+def test_a_helper_thread_that_calls_dist_is_refused_even_if_it_swallows_the_error(swallow):
+    def fn(dist):
+        x = torch.ones(2, dtype=torch.float64)
+
+        def helper():
+            try:
+                dist.all_reduce(x)  # from-helper
+            except Exception:
+                if not swallow:
+                    raise
+
+        t = threading.Thread(target=helper, name="my-helper")
+        t.start()
+        t.join()
+        dist.barrier()
+
+    with pytest.raises(sim.RankThreadError) as info:
+        sim.run(fn, 2)
+    text = str(info.value)
+    assert "rank 0 called all_reduce" in text and site("from-helper") in text and "'my-helper'" in text
+    assert "call dist from the rank's function itself" in text and rank_threads() == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_helper_thread_racing_the_rank_gets_a_clear_error():
+    """The helper calls dist while its rank is itself in a collective: RankThreadError, not an internal one."""
+    def fn(dist):
+        x, y = torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+        started = threading.Event()
+
+        def helper():
+            started.set()
+            dist.all_reduce(y)
+
+        t = threading.Thread(target=helper, daemon=True)
+        t.start()
+        started.wait()
+        dist.all_reduce(x)
+        t.join()
+
+    with pytest.raises(sim.RankThreadError):
+        sim.run(fn, 2)
+    assert rank_threads() == []
+
+
+def test_dist_kept_after_its_run_is_a_clear_error():
+    kept = []
+
+    def fn(dist):
+        kept.append(dist)
+        kept.append(dist.all_reduce(torch.ones(1), async_op=True))
+        kept[-1].wait()
+
+    sim.run(fn, 1)
+    for use in (lambda: kept[0].all_reduce(torch.ones(1)), lambda: kept[0].send(torch.ones(1), 0),
+                lambda: kept[1].wait(), lambda: kept[1].is_completed()):
+        with pytest.raises(sim.RankThreadError) as info:
+            use()
+        assert "after its run had ended" in str(info.value)
+
+
+def test_one_rank_using_anothers_dist_is_refused():
+    box = []
+
+    def fn(dist):
+        if dist.get_rank() == 0:
+            box.append(dist)
+        dist.barrier()
+        if dist.get_rank() == 1:
+            box[0].barrier()  # borrowed
+
+    with pytest.raises(sim.RankThreadError) as info:
+        sim.run(fn, 2)
+    assert "rank 1 called barrier" in str(info.value) and "through the dist of rank 0" in str(info.value)
+
+
+def test_every_call_after_the_stop_raises_in_the_rank_s_thread():
+    """A rank that catches the stop gets it again at its next op: it never runs on after the run has failed."""
+    after = []
+
+    def fn(dist):
+        if dist.get_rank() == 1:
+            raise ValueError("rank 1 fails")
+        try:
+            dist.barrier()  # waits for rank 1: the stop comes here
+        except BaseException:
+            pass
+        x = torch.ones(2) + 1  # raises again
+        after.append(x)
+
+    with pytest.raises(ValueError):
+        sim.run(fn, 2)
+    assert after == [] and rank_threads() == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # a stop can land in a finalizer
+def test_an_endless_loop_that_catches_every_exception_is_stopped():
+    def fn(dist):
+        x = torch.zeros(1)
+        if dist.get_rank() == 1:
+            while True:
+                try:
+                    x = x + 1  # stubborn
+                except BaseException:
+                    pass
+        dist.barrier()
+
+    start = time.monotonic()
+    with pytest.raises(sim.TimeLimitError) as info:
+        sim.run(fn, 2, timeout=0.3)
+    assert site("stubborn") in str(info.value)
+    for t in [t for t in threading.enumerate() if t.name.startswith("sim-rank")]:
+        t.join(timeout=10)
+    assert rank_threads() == [], f"still spinning {time.monotonic() - start:.1f} s after the start"
