@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import itertools
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
 
 from puzzles import sim
 
-from ..core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
+from ..core.result import ERROR, NOT_ATTEMPTED, PARTIAL, PuzzleResult
 from ..core.spec import PuzzleSpec
 
 GRADER_DIR = Path(__file__).resolve().parent.parent
@@ -70,3 +72,84 @@ def describe_exception(exc: BaseException, learner_file=None) -> str:
                       for f in mine[-4:]]
     lines += list(getattr(exc, "__notes__", []))
     return "\n".join(lines)
+
+
+# ---- how far along is a puzzle? (a NotImplementedError: not attempted, partly written, or the answer's own)
+
+_STUB_MESSAGE = re.compile(r"^(p\d+): write (\S+)$")
+
+
+def _body_is_only_a_raise(node: ast.AST) -> bool:
+    """A function whose body (after its docstring) is just `raise NotImplementedError(...)`: an untouched stub."""
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _parts(spec: PuzzleSpec, tree: ast.Module) -> dict[str, bool]:
+    """{part: untouched?} for every function a learner writes in this puzzle: each entry that is a function, and
+    each method of an entry that is a class (e.g. 'CopyToTensorParallel.backward')."""
+    parts = {}
+    for node in tree.body:
+        if getattr(node, "name", None) not in spec.entries:
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts[node.name] = _body_is_only_a_raise(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    parts[f"{node.name}.{item.name}"] = _body_is_only_a_raise(item)
+    return parts
+
+
+def learner_source(module) -> str | None:
+    """The source of the learner's puzzle: its file, or (a notebook's namespace) the source of its entries."""
+    path = getattr(module, "__file__", None)
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return f.read()
+    import inspect
+
+    pieces = []
+    for value in vars(module).values():
+        if inspect.isfunction(value) or inspect.isclass(value):
+            try:
+                pieces.append(inspect.getsource(value))
+            except (OSError, TypeError):
+                continue
+    return "\n\n".join(pieces) or None
+
+
+def not_implemented_result(spec: PuzzleSpec, module, exc: NotImplementedError) -> PuzzleResult:
+    """What a NotImplementedError out of a run means. Every part still an untouched stub: not attempted. Some
+    parts written, some not (or a stub's `raise` left below written code): partial, naming what is left. A
+    NotImplementedError that is not a stub's (the answer's own, or torch's 'not implemented for ...'): an error."""
+    message = str(exc)
+    match = _STUB_MESSAGE.match(message)
+    learner_file = getattr(module, "__file__", None)
+    if match is None or match.group(1) != spec.id:
+        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_exception(exc, learner_file))
+    source = learner_source(module)
+    try:
+        parts = _parts(spec, ast.parse(source)) if source else {}
+    except SyntaxError:
+        parts = {}
+    left = [p for p, untouched in parts.items() if untouched]
+    if parts and len(left) == len(parts):
+        return PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED, error=f"not attempted ({message})")
+    raising = match.group(2)
+    said = []
+    if left:
+        said.append(f"still to write: {', '.join(left)}.")
+    if raising not in left:  # written code above a stub's `raise` that the learner forgot to delete
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if learner_file and os.path.abspath(f.filename) == os.path.abspath(learner_file)]
+        line = f" at line {frames[-1].lineno}" if frames else ""
+        said.append(f"{raising} still raises NotImplementedError{line}, after your code: delete that `raise` line "
+                    f"when the function is done.")
+    return PuzzleResult(spec.id, spec.name, spec.title, PARTIAL,
+                        error=f"partly written: {' '.join(said)} The puzzle is graded once every part runs.")

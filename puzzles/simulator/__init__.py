@@ -7,6 +7,7 @@ read collectives.py.
     world.py        one run: the rank threads and the baton that passes between them, the supervisor
     matching.py     pairs sends with recvs, gathers the ranks of a collective, diagnoses deadlocks
     mode.py         the TorchDispatchMode that sees every op of a rank: isolation, memory, FLOPs
+    guards.py       inside a rank, tensors stay tensors: no numpy, list or bytes copies the ledger cannot see
     memory.py       the memory ledger (bytes alive per rank, the peak, who allocated it)
     clock.py        the clock and the cost model (compute and communication streams, in integer ticks)
 

@@ -44,6 +44,11 @@ class InFlightError(SimError):
     """A tensor was touched while an async op on it had not been waited for."""
 
 
+class HiddenMemoryError(SimError):
+    """A rank turned a tensor into memory the ledger cannot see: a numpy array, a Python list, bytes (more than a
+    few numbers at a time; see guards.py)."""
+
+
 class TimeLimitError(SimError):
     """A rank ran past the time limit without communicating or returning."""
 
