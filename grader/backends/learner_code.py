@@ -115,8 +115,9 @@ def learner_source(module) -> str | None:
     import inspect
 
     pieces = []
+    own = {getattr(module, "__name__", None), "__main__"}  # defined in the notebook, not imported into it
     for value in vars(module).values():
-        if inspect.isfunction(value) or inspect.isclass(value):
+        if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(value, "__module__", None) in own:
             try:
                 pieces.append(inspect.getsource(value))
             except (OSError, TypeError):
