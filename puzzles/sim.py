@@ -38,6 +38,7 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/mode.py         the dispatch mode that watches every op of a rank (ideas 3 and 4)
     simulator/memory.py       the memory ledger
     simulator/clock.py        the clock and the cost model
+    simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
@@ -68,16 +69,17 @@ from dataclasses import dataclass
 
 from .simulator.clock import CostModel, Event
 from .simulator.memory import Ledger
-from .simulator.types import (CollectiveMismatchError, DeadlockError, InFlightError, IsolationError,
-                              NonContiguousError, P2PMismatchError, P2POp, ProcessGroup, RankThreadError, ReduceOp,
-                              SimError, TimeLimitError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
+from .simulator.types import (CollectiveMismatchError, DeadlockError, HiddenMemoryError, InFlightError,
+                              IsolationError, NonContiguousError, P2PMismatchError, P2POp, ProcessGroup,
+                              RankThreadError, ReduceOp, SimError, TimeLimitError, UnmatchedError, UnwaitedWorkError,
+                              Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
-    "RankThreadError",
+    "RankThreadError", "HiddenMemoryError",
 ]
 
 

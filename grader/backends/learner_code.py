@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import collections
 import copy
 import importlib.util
@@ -17,7 +18,7 @@ import torch
 
 from puzzles import sim
 
-from ..core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
+from ..core.result import ERROR, NOT_ATTEMPTED, PARTIAL, PuzzleResult
 from ..core.spec import PuzzleSpec
 
 GRADER_DIR = Path(__file__).resolve().parent.parent
@@ -142,3 +143,116 @@ def _rebound(fn: types.FunctionType, globals_: dict) -> types.FunctionType:
     new.__dict__.update(fn.__dict__)
     new.__module__, new.__annotations__ = fn.__module__, dict(getattr(fn, "__annotations__", {}) or {})
     return new
+
+
+# ---- how far along is a puzzle? (a NotImplementedError: not attempted, partly written, or the answer's own)
+
+_STUB_MESSAGE = re.compile(r"^(p\d+): write (\S+)$")
+
+
+def _body_is_only_a_raise(node: ast.AST) -> bool:
+    """A function whose body (after its docstring) is just `raise NotImplementedError(...)`: an untouched stub."""
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _untouched(func) -> bool:
+    """Is this function still its stub: a body that only raises NotImplementedError?"""
+    import inspect
+    import textwrap
+
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
+        return _body_is_only_a_raise(node)
+    except (OSError, TypeError, SyntaxError, IndexError):  # no source: read the bytecode instead
+        code = func.__code__
+        return set(code.co_names) <= {"NotImplementedError"} and any(
+            isinstance(c, str) and _STUB_MESSAGE.match(c) for c in code.co_consts)
+
+
+def _parts(spec: PuzzleSpec, module) -> dict[str, bool]:
+    """{part: untouched?} for every function a learner writes in this puzzle: each entry that is a function, and
+    each method of an entry that is a class (e.g. 'CopyToTensorParallel.backward')."""
+    import inspect
+
+    parts = {}
+    for entry in spec.entries:
+        value = getattr(module, entry, None)
+        if inspect.isfunction(value):
+            parts[entry] = _untouched(value)
+        elif inspect.isclass(value):
+            for name, member in vars(value).items():
+                func = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+                if inspect.isfunction(func):
+                    parts[f"{entry}.{name}"] = _untouched(func)
+    return parts
+
+
+def _parts_in_source(spec: PuzzleSpec, source: str) -> dict[str, bool]:
+    """_parts from a file's text, without importing it (torchrun's rank 0 grades without running the file)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    parts = {}
+    for node in tree.body:
+        if getattr(node, "name", None) not in spec.entries:
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts[node.name] = _body_is_only_a_raise(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    parts[f"{node.name}.{item.name}"] = _body_is_only_a_raise(item)
+    return parts
+
+
+def learner_source(module) -> str | None:
+    """The source of the learner's puzzle: its file, or (a notebook's namespace) the source of its entries."""
+    path = getattr(module, "__file__", None)
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return f.read()
+    import inspect
+
+    pieces = []
+    own = {getattr(module, "__name__", None), "__main__"}  # defined in the notebook, not imported into it
+    for value in vars(module).values():
+        if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(value, "__module__", None) in own:
+            try:
+                pieces.append(inspect.getsource(value))
+            except (OSError, TypeError):
+                continue
+    return "\n\n".join(pieces) or None
+
+
+def not_implemented_result(spec: PuzzleSpec, module, exc: NotImplementedError) -> PuzzleResult:
+    """What a NotImplementedError out of a run means. Every part still an untouched stub: not attempted. Some
+    parts written, some not (or a stub's `raise` left below written code): partial, naming what is left. A
+    NotImplementedError that is not a stub's (the answer's own, or torch's 'not implemented for ...'): an error."""
+    message = str(exc)
+    match = _STUB_MESSAGE.match(message)
+    learner_file = getattr(module, "__file__", None)
+    if match is None or match.group(1) != spec.id:
+        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_exception(exc, learner_file))
+    parts = _parts(spec, module) or _parts_in_source(spec, learner_source(module) or "")
+    left = [p for p, untouched in parts.items() if untouched]
+    if parts and len(left) == len(parts):
+        return PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED, error=f"not attempted ({message})")
+    raising = match.group(2)
+    said = []
+    if left:
+        said.append(f"still to write: {', '.join(left)}.")
+    if raising not in left:  # written code above a stub's `raise` that the learner forgot to delete
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if learner_file and os.path.abspath(f.filename) == os.path.abspath(learner_file)]
+        line = f" at line {frames[-1].lineno}" if frames else ""
+        said.append(f"{raising} still raises NotImplementedError{line}, after your code: delete that `raise` line "
+                    f"when the function is done.")
+    return PuzzleResult(spec.id, spec.name, spec.title, PARTIAL,
+                        error=f"partly written: {' '.join(said)} The puzzle is graded once every part runs.")

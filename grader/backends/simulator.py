@@ -1,5 +1,9 @@
 """The simulator as a backend: run the learner's code for one puzzle on simulated ranks and collect what it did
-as an Observation (then core/grading.py decides)."""
+as an Observation (then core/grading.py decides).
+
+Each rank runs the spec's program on its own instance of the learner's module, as each real process does.
+Around every run: a fingerprint of the grader, the simulator and torch before the learner's file is loaded and
+after it ran (tamper.py), and the memory ledgers' self-audit. Either finding makes the result "tampered"."""
 
 from __future__ import annotations
 
@@ -8,10 +12,23 @@ from pathlib import Path
 from puzzles import model, sim
 
 from ..core.grading import grade_observation
-from ..core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
+from ..core.result import ERROR, TAMPERED, PuzzleResult
 from ..core.spec import Observation, PuzzleSpec
-from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_exception, load_module_for_rank,
-                           load_puzzle, namespace_copy_for_rank)
+from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_exception, learner_source,
+                           load_module_for_rank, load_puzzle, namespace_copy_for_rank, not_implemented_result)
+from .tamper import Fingerprint, describe, describe_internals, internals_used, untampered
+
+
+class Tampered(Exception):
+    """The run's own figures do not hold together (a ledger written to from outside its bookkeeping)."""
+
+
+def audit(result, spec: PuzzleSpec) -> list[str]:
+    """What is inconsistent in a finished run's figures: the ledgers' self-audit, and the cost model."""
+    problems = [f"rank {r}'s memory ledger: {p}" for r, ledger in enumerate(result.ledgers) for p in ledger.audit()]
+    if result.cost != spec.cost:
+        problems.append(f"the run's cost model {result.cost} is not the puzzle's {spec.cost}")
+    return problems
 
 
 def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
@@ -21,6 +38,9 @@ def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
     result = sim.run(None, spec.world_size, make_fn=rank_programs(spec, module), args=args, rank_args=rank_args,
                      cost=spec.cost, seed=seed, timeout=spec.timeout, library_files=[model.__file__],
                      harness_files=HARNESS_FILES)
+    problems = audit(result, spec)
+    if problems:
+        raise Tampered("; ".join(problems))
     return Observation.from_sim(result)
 
 
@@ -41,26 +61,44 @@ def rank_programs(spec: PuzzleSpec, module):
     return make
 
 
-def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | PuzzleResult:
-    """Run the learner's code: what it did, or the PuzzleResult that says why there is nothing to grade."""
+def _run(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | PuzzleResult:
     try:
         return observe(spec, module, inputs, seed)
     except NotImplementedError as exc:
-        return PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED,
-                            error=f"not attempted ({exc or 'the stub still raises NotImplementedError'})")
+        return not_implemented_result(spec, module, exc)
     except TargetError as exc:
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=str(exc))
+    except Tampered as exc:
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe([str(exc)]))
     except Exception as exc:  # the learner's exception, or the simulator's (deadlock, mismatch, isolation, ...)
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR,
                             error=describe_exception(exc, getattr(module, "__file__", None)))
 
 
+def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int,
+                   before: Fingerprint | None = None) -> Observation | PuzzleResult:
+    """Run the learner's code: what it did, or the PuzzleResult that says why there is nothing to grade."""
+    if before is None:  # a module made elsewhere (a notebook's namespace): scan what source there is
+        found = internals_used(learner_source(module) or "")
+        if found:
+            return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+        before = Fingerprint()
+    return untampered(spec, before, _run(spec, module, inputs, seed))
+
+
 def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int) -> Observation | PuzzleResult:
     """Load one puzzle file and run it. The spec's run context covers the import too, so that what a puzzle
-    takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run."""
+    takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run; the fingerprint is taken
+    before the import, so that changes made at import time count too."""
+    found = internals_used(path.read_text(), path.name) if path.exists() else []
+    if found:
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
     with spec.run_context():
+        before = Fingerprint()
         module = load_puzzle(spec, path)
-        return module if isinstance(module, PuzzleResult) else observe_module(spec, module, inputs, seed)
+        if isinstance(module, PuzzleResult):
+            return untampered(spec, before, module)
+        return observe_module(spec, module, inputs, seed, before)
 
 
 def _graded(spec: PuzzleSpec, observed, inputs: dict) -> PuzzleResult:

@@ -72,8 +72,16 @@ def values_check(name: str, pairs, what: str, diagnose=None) -> Check:
         also = f" Also off: {', '.join(others)}" + (f" and {len(bad) - 4} more." if len(bad) > 4 else ".")
     message = (f"{len(bad)} of {len(pairs)} {what} differ from the serial reference. "
                f"First: {first.label} {first.problem}.{also}")
-    diagnosis = diagnose(bad) if diagnose else ""
-    return Check(name, False, message, diagnosis=diagnosis or "")
+    return Check(name, False, message, diagnosis=safe_diagnosis(diagnose, bad) if diagnose else "")
+
+
+def safe_diagnosis(diagnose, *args) -> str:
+    """A diagnosis is a guess on top of a verdict: if it crashes, the verdict stands and the guess is withheld."""
+    try:
+        return diagnose(*args) or ""
+    except Exception as exc:
+        return (f"(the grader could not work out a likely cause: its diagnosis failed with {type(exc).__name__}; "
+                f"please report it with the seed. The check's verdict above stands.)")
 
 
 def budget_check(name: str, measured, budget: Budget, what: str, over_hint: str = "") -> Check:

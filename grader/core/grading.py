@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import traceback
 
 import torch
 
-from .result import Check, PuzzleResult, status_of
+from .result import GRADER_ERROR, Check, PuzzleResult, status_of
 from .spec import Observation, PuzzleSpec
 
 
@@ -40,9 +41,21 @@ def as_simulator_only(check: Check) -> Check:
                  budget=check.budget, simulator_only=True)
 
 
+def grader_error(spec: PuzzleSpec, exc: BaseException, doing: str) -> PuzzleResult:
+    """The grader itself failed: say so plainly, and never as the answer's fault."""
+    where = traceback.extract_tb(exc.__traceback__)[-3:]
+    frames = "; ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} in {f.name}" for f in where)
+    return PuzzleResult(spec.id, spec.name, spec.title, GRADER_ERROR,
+                        error=f"the grader failed while {doing}: {type(exc).__name__}: {exc} ({frames}). This is a "
+                              f"bug in the grader, not your answer's fault: please report it with the seed.")
+
+
 def grade_observation(spec: PuzzleSpec, obs: Observation, inputs: dict) -> PuzzleResult:
-    with one_thread():
-        checks = spec.check(obs, spec.reference(inputs), inputs)
+    try:
+        with one_thread():
+            checks = spec.check(obs, spec.reference(inputs), inputs)
+    except Exception as exc:  # a check or a diagnosis that crashed: the grader's failure
+        return grader_error(spec, exc, f"checking {spec.id}")
     if obs.backend != "sim":
         checks = [as_simulator_only(c) if c.simulator_only or c.name in spec.simulator_only else c for c in checks]
     return PuzzleResult(spec.id, spec.name, spec.title, status_of(checks), checks, list(obs.peak_bytes),

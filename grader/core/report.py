@@ -5,9 +5,12 @@ from __future__ import annotations
 import html
 import json
 
-from .result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult, fmt
+from .result import ERROR, FAIL, GRADER_ERROR, NOT_ATTEMPTED, PARTIAL, PASS, TAMPERED, PuzzleResult, fmt
 
-_BADGE = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR", NOT_ATTEMPTED: "not attempted"}
+BADGES = {PASS: "PASS", FAIL: "FAIL", PARTIAL: "PARTIAL", ERROR: "ERROR", TAMPERED: "TAMPERED",
+          GRADER_ERROR: "GRADER ERROR", NOT_ATTEMPTED: "not attempted"}
+COLOURS = {PASS: "#1a7f37", FAIL: "#cf222e", PARTIAL: "#9a6700", ERROR: "#cf222e", TAMPERED: "#8250df",
+           GRADER_ERROR: "#6e7781", NOT_ATTEMPTED: "#6e7781"}
 
 
 def summary_line(r: PuzzleResult) -> str:
@@ -16,14 +19,14 @@ def summary_line(r: PuzzleResult) -> str:
     detail = f"{n_ok}/{len(made)} checks" if r.checks else ""
     if len(made) < len(r.checks):
         detail += f" (+{len(r.checks) - len(made)} simulator only)"
-    return f"{r.id:<4} {r.title:<28} {_BADGE[r.status]:<14} {detail}"
+    return f"{r.id:<4} {r.title:<28} {BADGES.get(r.status, r.status):<14} {detail}"
 
 
 def detail_lines(r: PuzzleResult, verbose: bool = False) -> list[str]:
     """The lines under a puzzle's summary: each failing check (every check if verbose), or the error."""
     lines = []
-    if r.status in (ERROR, NOT_ATTEMPTED) and r.error:
-        if r.status == ERROR:
+    if r.status not in (PASS, FAIL) and r.error:
+        if r.status != NOT_ATTEMPTED:
             lines += [f"  {line}" for line in r.error.splitlines()]
         return lines
     for c in r.checks:
@@ -42,13 +45,22 @@ def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool =
     for r in results:
         out.append(summary_line(r))
         out += detail_lines(r, verbose)
-    counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, ERROR, NOT_ATTEMPTED)}
-    out += ["", f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
-                f"{counts[NOT_ATTEMPTED]} not attempted"]
-    if counts[NOT_ATTEMPTED] == len(results):
+    out += ["", counts_line(results)]
+    if all(r.status == NOT_ATTEMPTED for r in results):
         out.append("To start: read the story at the top of a puzzle file (puzzles/p1_checkpointing.py, ...), replace "
                    "its `raise NotImplementedError` with your code, and run this again (or open puzzles.ipynb).")
     return "\n".join(out)
+
+
+def counts_line(results: list[PuzzleResult]) -> str:
+    """'3 passed, 1 failed, 0 errors, 4 not attempted', plus the rarer statuses when there are any."""
+    counts = {s: sum(r.status == s for r in results) for s in BADGES}
+    line = (f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
+            f"{counts[NOT_ATTEMPTED]} not attempted")
+    for status, words in ((PARTIAL, "partial"), (TAMPERED, "tampered"), (GRADER_ERROR, "grader errors")):
+        if counts[status]:
+            line += f", {counts[status]} {words}"
+    return line
 
 
 def to_json(results: list[PuzzleResult], target: str, seed: int, figures: bool = False) -> str:
@@ -56,13 +68,13 @@ def to_json(results: list[PuzzleResult], target: str, seed: int, figures: bool =
 
 
 def pytest_message(r: PuzzleResult, seed: int) -> str:
-    head = f"{r.id} {r.title}: {_BADGE[r.status]} (seed {seed}; reproduce with --seed {seed})"
+    head = f"{r.id} {r.title}: {BADGES.get(r.status, r.status)} (seed {seed}; reproduce with --seed {seed})"
     return "\n".join([head] + detail_lines(r, verbose=True))
 
 
 def to_html(r: PuzzleResult, seed: int) -> str:
     """A compact card for the notebook's check cell: a status banner, the checks, the budgets."""
-    colour = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e", NOT_ATTEMPTED: "#6e7781"}[r.status]
+    colour = COLOURS.get(r.status, "#6e7781")
     rows = []
     for c in r.checks:
         mark = "&#9675;" if c.simulator_only else "&#10004;" if c.passed else "&#10008;"
@@ -78,4 +90,4 @@ def to_html(r: PuzzleResult, seed: int) -> str:
             f"seed {seed}</small>") if r.peak_bytes else f"<small>seed {seed}</small>"
     return (f"<div style='border:1px solid {colour};border-radius:6px;padding:8px;margin:4px 0'>"
             f"<div style='color:{colour};font-weight:bold'>{html.escape(r.id)} {html.escape(r.title)}: "
-            f"{_BADGE[r.status]}</div><table>{body}</table>{foot}</div>")
+            f"{BADGES.get(r.status, r.status)}</div><table>{body}</table>{foot}</div>")

@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 PASS, FAIL, ERROR, NOT_ATTEMPTED = "pass", "fail", "error", "not_attempted"
+PARTIAL = "partial"  # some of the puzzle's functions are written, some still raise NotImplementedError
+TAMPERED = "tampered"  # the answer modified the grader, the simulator, torch, or what a puzzle takes away
+GRADER_ERROR = "grader_error"  # the grader itself failed: not the answer's fault
+# Every status, in the order a scoreboard counts them. Only PASS counts as passing; NOT_ATTEMPTED is the one
+# status besides PASS that is not a problem (a learner who has not started yet).
+STATUSES = (PASS, FAIL, PARTIAL, ERROR, TAMPERED, GRADER_ERROR, NOT_ATTEMPTED)
 
 
 @dataclass
@@ -58,7 +64,7 @@ class PuzzleResult:
     checks: list[Check] = field(default_factory=list)
     peak_bytes: list[int] = field(default_factory=list)
     makespan_ticks: int = 0
-    error: str = ""  # for status "error" / "not_attempted": what happened
+    error: str = ""  # for every status but pass and fail: what happened
     figures: dict = field(default_factory=dict)  # data the plots are drawn from
 
     @property

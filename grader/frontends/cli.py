@@ -7,7 +7,7 @@ import sys
 
 from ..core import report
 from ..core.grading import fresh_seed
-from ..core.result import ERROR, FAIL
+from ..core.result import NOT_ATTEMPTED, PASS
 from . import build as build_mod
 from .targets import REPO, grade_target
 
@@ -35,7 +35,7 @@ def cmd_check(args) -> int:
 
         written = [p for r in results if r.figures for p in plots.write_plots(r, args.plots)]
         print(f"wrote {len(written)} plots to {args.plots}", file=sys.stderr)
-    return 1 if any(r.status in (FAIL, ERROR) for r in results) else 0
+    return 1 if any(r.status not in (PASS, NOT_ATTEMPTED) for r in results) else 0
 
 
 def cmd_build(args) -> int:

@@ -23,16 +23,19 @@ import os
 import secrets
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from ..backends import real
-from ..backends.real.reports import _first_line
+from ..backends.learner_code import not_implemented_result
+from ..backends.real.reports import raised_not_implemented
+from ..backends.tamper import describe
 from ..core import report
 from ..core.grading import grade_observation
-from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PuzzleResult
+from ..core.result import ERROR, NOT_ATTEMPTED, PASS, TAMPERED, PuzzleResult
 from ..specs import SPECS
 from .targets import resolve_target
 
@@ -152,18 +155,21 @@ def grade(args, rank: int, world: int, backend: str, device, fresh_group) -> int
             for line in figures:
                 if line:
                     print(line)
-        code = [1 if any(r.status in (FAIL, ERROR) for r in results) else 0]
+        code = [1 if any(r.status not in (PASS, NOT_ATTEMPTED) for r in results) else 0]
     dist.broadcast_object_list(code, src=0, group=meta)
     return code[0]
 
 
 def judge(spec, task, payloads, seed: int, backend: str, timeout: float) -> tuple[PuzzleResult, str]:
     """Rank 0: grade the gathered payloads, as `check --backend torch` does; plus a line of real figures."""
+    tampered = sorted({t for p in payloads if p for t in p.get("tampering", ())})
+    if tampered:
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe(tampered)), ""
     status = real.classify(payloads)
-    if status == "not_attempted":
+    if status == "not_attempted":  # every rank stopped at a NotImplementedError: how far along is the puzzle?
         first = next(p["error"] for p in payloads if "error" in p)
-        return PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED,
-                            error=f"not attempted ({_first_line(first)})"), ""
+        learner_file = types.SimpleNamespace(__file__=task.path)  # its source is all it needs: no import here
+        return not_implemented_result(spec, learner_file, raised_not_implemented(first)), ""
     if status == "error":
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR,
                             error=real.describe_errors(task.describe(), payloads, backend, timeout)), ""

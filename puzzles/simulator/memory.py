@@ -176,6 +176,9 @@ class Ledger:
         self._peak_live: dict[int, tuple[int, str]] = {}
         self._peak_pending = False  # a new peak was reached and nothing was freed since
         self._lock = threading.RLock()  # a storage can die in any thread
+        self._still_alive = lambda key: False  # set by the StorageTracker that feeds this ledger
+        self._alive_keys = lambda: ()  # the keys of this rank's storages that are alive now (StorageTracker)
+        self._problems: list[str] = []  # what audit() will report
 
     def allocate(self, key: int, nbytes: int, site: str) -> None:
         with self._lock:
@@ -189,8 +192,16 @@ class Ledger:
                 self._peak_pending = True
 
     def free(self, key: int) -> None:
+        """Called by the storage's finalizer when it dies (StorageTracker). Anything else calling it, for a storage
+        that is still alive, or losing track of a storage, is noted: the grader treats it as tampering."""
         with self._lock:
-            if self.closed or key not in self._live:
+            if self.closed:
+                return
+            if key not in self._live:
+                self._problems.append("a storage it was tracking had been removed from it before the storage died")
+                return
+            if self._still_alive(key):
+                self._problems.append("free() was called for a storage that is still alive")
                 return
             if self._peak_pending:  # the peak ends here: remember what made it (cheaper than copying at every new peak)
                 self._peak_live = dict(self._live)
@@ -206,6 +217,27 @@ class Ledger:
                 self._peak_live = dict(self._live)
                 self._peak_pending = False
             self.closed = True
+
+    def audit(self) -> list[str]:
+        """Is this ledger consistent with itself and with the storages it tracks? [] if so; else what is off.
+        The grader reads the ledger's figures for its verdicts, and the learner's code runs in the same process:
+        a figure written by anything but the ledger's own bookkeeping shows up here."""
+        with self._lock:
+            problems = list(self._problems)
+            live_sum = sum(n for n, _ in self._live.values())
+            highest = max((b for _, b in self.timeline), default=0)
+            if self.current != live_sum:
+                problems.append(f"its current bytes ({self.current:,}) are not the sum of the storages it holds "
+                                f"({live_sum:,})")
+            if self.peak != highest:
+                problems.append(f"its peak ({self.peak:,} bytes) is not the highest point of its own timeline "
+                                f"({highest:,} bytes)")
+            if self.timeline and self.timeline[-1][1] != self.current:
+                problems.append("its timeline does not end at its current bytes")
+            missing = [k for k in self._alive_keys() if k not in self._live]
+            if missing:
+                problems.append(f"{len(missing)} storage(s) of this rank that are still alive are missing from it")
+            return problems
 
     def live_by_line(self) -> list[tuple[str, int, int]]:
         return _group(self._live)
@@ -247,10 +279,19 @@ class StorageTracker:
     address can be reused.
     """
 
-    def __init__(self, ledgers: list[Ledger]):
+    def __init__(self, ledgers):
         self.ledgers = ledgers
         self.owner: dict[int, int] = {}
         self._refs: dict[int, weakref.ref] = {}
+        self._sizes: dict[int, int] = {}
+        for rank, ledger in (ledgers.items() if isinstance(ledgers, dict) else enumerate(ledgers)):
+            ledger._still_alive = self._alive
+            ledger._alive_keys = lambda rank=rank: [k for k, r in list(self.owner.items())
+                                                    if r == rank and self._sizes.get(k) and self._alive(k)]
+
+    def _alive(self, key: int) -> bool:
+        ref = self._refs.get(key)
+        return ref is not None and ref() is not None
 
     def adopt(self, storage, rank: int, site: str, charge: bool = True) -> None:
         """Make `rank` the owner of `storage` and (with `charge`) put its bytes on the rank's ledger."""
@@ -258,17 +299,20 @@ class StorageTracker:
         if key in self.owner:
             return
         self.owner[key] = rank
-        ledger, owner, refs = self.ledgers[rank], self.owner, self._refs
+        ledger, owner, refs, sizes = self.ledgers[rank], self.owner, self._refs, self._sizes
+        charged = storage.nbytes() if charge else 0  # what the ledger holds for it (audit() checks exactly that)
 
-        def _finalize(_ref, key=key, ledger=ledger):
+        def _finalize(_ref, key=key, ledger=ledger, charged=charged):
             owner.pop(key, None)
             refs.pop(key, None)
-            ledger.free(key)
+            sizes.pop(key, None)
+            if charged:
+                ledger.free(key)
 
         self._refs[key] = weakref.ref(storage, _finalize)
-        nbytes = storage.nbytes()
-        if nbytes and charge:
-            ledger.allocate(key, nbytes, site)
+        self._sizes[key] = charged
+        if charged:
+            ledger.allocate(key, charged, site)
 
     def owner_of(self, storage):
         return self.owner.get(storage._cdata)

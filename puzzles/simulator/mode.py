@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import guards
 from .clock import follow_labels, op_flops, phase
 from .types import IsolationError, _Abort
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 # memory of the calling rank, not a tensor from elsewhere.
 _LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
           (getattr(getattr(torch.ops.aten, name, None), o, None) for o in ("default",)) if op is not None}
+
+
+_ITEM = torch.ops.aten._local_scalar_dense.default
 
 
 def _tensors_in(args, kwargs) -> list[torch.Tensor]:
@@ -89,6 +93,8 @@ class _RankMode(TorchDispatchMode):
                 raise IsolationError(world.isolation_message(me.rank, owner, t, f"aten.{func.__name__}"))
         if me.inflight and not func.is_view:
             world.check_inflight(me, func, args, kwargs)
+        if func is _ITEM:  # a number read out of a tensor (.item(), float(t)): fine, a tensor's worth is not
+            guards.count_item(me)
 
         out = func(*args, **kwargs)
 

@@ -64,6 +64,11 @@ class RankThreadError(SimError):
     started, or after its run had ended."""
 
 
+class HiddenMemoryError(SimError):
+    """A rank turned a tensor into memory the ledger cannot see: a numpy array, a Python list, bytes (more than a
+    few numbers at a time; see guards.py)."""
+
+
 class TimeLimitError(SimError):
     """A rank ran past the time limit without communicating or returning."""
 

@@ -26,6 +26,7 @@ import time
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from . import guards
 from .clock import CostModel, RankClock
 from .collectives import _Collective, _P2P
 from .deadlock import _Diagnosis
@@ -64,7 +65,9 @@ class _RankState:
         self.rng = None
         self.result = None
         self.flops = 0
+        self.items_read = 0  # numbers read out of tensors one at a time (guards.py)
         self.last_site = ""
+        self.site = lambda: "?"  # the learner's line now (set by World: SiteFinder.here)
 
 
 class World(_Matching, _Handles, _Diagnosis, _Failures):
@@ -79,6 +82,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.ledgers = [Ledger(r, (lambda s=s: s.clock.compute)) for r, s in enumerate(self.ranks)]
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files, harness_files)
+        for r in self.ranks:
+            r.site = self.sites.here
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
         # new_group is itself a collective of every rank; it is matched on its own, so that "call #k on WORLD"
         # counts only the collectives the learner wrote.
@@ -103,6 +108,13 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self._local = threading.local()
 
     # ---- small helpers
+
+    def guard_caller(self) -> _RankState | None:
+        """The rank whose own code is running in this thread, if any (guards.py asks before refusing)."""
+        rank = getattr(self._local, "rank", None)
+        if rank is None or self.ranks[rank].untracked:
+            return None
+        return self.ranks[rank]
 
     def rank_state(self, rank: int) -> _RankState:
         return self.ranks[rank]
@@ -274,6 +286,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         main_rng, main_threads = torch.get_rng_state(), torch.get_num_threads()
         gc_was_enabled = gc.isenabled()
         gc.disable()  # frees by reference counting only, so the ledger is the same on every run
+        guards.install(self.guard_caller)
         try:
             for r in self.ranks:
                 torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
@@ -288,6 +301,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             self._supervise()
         finally:
             self.ended = True
+            guards.uninstall(self.guard_caller)
             torch.set_rng_state(main_rng)
             torch.set_num_threads(main_threads)
             if gc_was_enabled:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.grading import grade_observation
-from ...core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
+from ...core.result import ERROR, TAMPERED, PuzzleResult
 from ...core.spec import Observation
-from ..learner_code import load_puzzle
+from ..learner_code import load_puzzle, not_implemented_result
+from ..tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 from .group import run_tasks
+from .reports import raised_not_implemented
 from .rank import PuzzleTask
 
 # --------------------------------------------------------------------------------------------------------------
@@ -34,14 +36,21 @@ def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", 
                            f"puzzle's sizes and budgets fix its world size")
         specs = chosen
     results: dict[str, PuzzleResult] = {}
-    runnable = []
+    runnable, modules = [], {}
     for spec in specs:
+        path = folder / spec.filename
+        found = internals_used(path.read_text(), path.name) if path.exists() else []
+        if found:
+            results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+            continue
         with spec.run_context():  # load once here too: a file that does not import fails here, with its message
-            loaded = load_puzzle(spec, folder / spec.filename)
+            before = Fingerprint()  # the learner's module-level code runs here, in the grader's own process
+            loaded = untampered(spec, before, load_puzzle(spec, folder / spec.filename))
         if isinstance(loaded, PuzzleResult):
             results[spec.id] = loaded
         else:
             runnable.append(spec)
+            modules[spec.id] = loaded
     for n in sorted({s.world_size for s in runnable}):
         group = [s for s in runnable if s.world_size == n]
         tasks = [PuzzleTask(s.id, str(folder / s.filename), seed) for s in group]
@@ -50,9 +59,12 @@ def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", 
         for spec, outcome in zip(group, outcomes):
             if outcomes_out is not None:
                 outcomes_out.append(outcome)
-            if outcome.status == "not_attempted":
-                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED,
-                                                error=f"not attempted ({outcome.error})")
+            tampered = [t for p in outcome.payloads or () if p for t in p.get("tampering", ())]
+            if tampered:
+                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED,
+                                                error=describe(sorted(set(tampered))))
+            elif outcome.status == "not_attempted":  # every rank stopped at a NotImplementedError: how far along?
+                results[spec.id] = not_implemented_result(spec, modules[spec.id], raised_not_implemented(outcome.error))
             elif not outcome.ok:
                 results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=outcome.error)
             else:

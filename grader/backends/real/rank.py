@@ -19,9 +19,11 @@ import torch
 import torch.distributed as dist
 
 from puzzles import model
+from puzzles.simulator import guards
 from puzzles.simulator.clock import CostModel
 
 from ...core import probe
+from ..tamper import Fingerprint
 from .tracker import ProcessTracker
 
 STARTUP_TIMEOUT = 180.0  # seconds for the processes to start (importing torch on a busy machine is slow)
@@ -46,6 +48,7 @@ class PuzzleTask:
 
         spec = SPECS[self.puzzle]
         with spec.run_context():
+            self.before = Fingerprint()  # before the learner's file is loaded: import-time changes count too
             module = load_module(Path(self.path))
             inputs = spec.make_inputs(self.seed)
             args, rank_args = spec.launch(inputs)
@@ -76,6 +79,7 @@ class FunctionTask:
 
     @contextlib.contextmanager
     def prepared(self, rank: int, world_size: int):
+        self.before = Fingerprint()
         per_rank = tuple(self.rank_args[rank]) if self.rank_args is not None else ()
         yield self.fn, (*self.args, *per_rank), self.cost, getattr(sys.modules.get(self.fn.__module__), "__file__",
                                                                        None)
@@ -98,6 +102,20 @@ def portable(value):
     return value
 
 
+def tampering(task, tracker) -> list[str]:
+    """What the run changed that a verdict rests on (grader, simulator, torch: backends/tamper.py), and what is
+    inconsistent in the rank's ledger; each change is undone. [] for an honest run."""
+    found = []
+    before = getattr(task, "before", None)
+    if before is not None:
+        found = before.changes(Fingerprint())
+        if found:
+            before.restore()
+    if tracker is not None:
+        found += [f"rank {tracker.rank}'s memory ledger: {p}" for p in tracker.ledger.audit()]
+    return found
+
+
 def execute(task, rank: int, world_size: int, device=None) -> dict:
     """Run one task on this process's rank, under the tracker. Never raises: an error comes back as data."""
     started = time.perf_counter()
@@ -116,12 +134,14 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
             try:
                 if device is not None:
                     torch.set_default_device(device)
+                guards.install(tracker.guard_caller)
                 with tracker:
                     placed = tracker.place(tuple(args))
                     result = fn(dist, *placed)
                     tracker.ledger.close()  # what the rank holds as it returns, its inputs included
                     del placed
             finally:
+                guards.uninstall(tracker.guard_caller)
                 if device is not None:
                     torch.set_default_device(default_device)
                 probe.install_process_tracker(None)
@@ -129,13 +149,13 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
                     gc.enable()
             return {"rank": rank, "result": portable(result), "ledger": tracker.ledger.to_dict(),
                     "events": [e.to_dict() for e in tracker.clock.events], "flops": tracker.flops,
-                    "run_s": time.perf_counter() - started}
+                    "tampering": tampering(task, tracker), "run_s": time.perf_counter() - started}
     except BaseException as exc:  # the learner's error, gloo's timeout, a mismatch found by DETAIL's fingerprints
         from ..learner_code import describe_exception
 
         return {"rank": rank, "error": describe_exception(exc, learner_file), "error_type": type(exc).__name__,
                 "traceback": traceback.format_exc(limit=-12), "run_s": time.perf_counter() - started,
-                "waiting": tracker.waiting if tracker is not None else None}
+                "waiting": tracker.waiting if tracker is not None else None, "tampering": tampering(task, None)}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -87,6 +87,13 @@ def classify(payloads) -> str:
     return "error"
 
 
+def raised_not_implemented(error_text: str) -> NotImplementedError:
+    """The NotImplementedError a rank reported as text ('NotImplementedError: p3: write ...\n  at ...'), rebuilt so
+    that learner_code.not_implemented_result can say how far along the puzzle is."""
+    first = _first_line(error_text)
+    return NotImplementedError(first.split("NotImplementedError: ", 1)[1] if "NotImplementedError: " in first else first)
+
+
 def _is_timeout(text: str) -> bool:
     """gloo's own time limit, or DETAIL's monitored barrier that some ranks never reached."""
     return (bool(re.search(r"[Tt]imed out|timeout|failed to pass monitoredBarrier", text))

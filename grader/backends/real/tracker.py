@@ -13,11 +13,13 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from puzzles.simulator import guards
 from puzzles.simulator.clock import CostModel, Event, RankClock, follow_labels, op_flops, phase
 from puzzles.simulator.memory import Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
 
 
 PLACED_SITE = "input placed on the rank by the launcher"
+_ITEM = torch.ops.aten._local_scalar_dense.default
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DIST_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
 _DISPATCH_FILES = {os.path.join(_TORCH_DIR, "_ops.py"), os.path.join(_TORCH_DIR, "utils", "_python_dispatch.py"),
@@ -178,7 +180,13 @@ class ProcessTracker(TorchDispatchMode):
         self.labels: list[str] = []
         self.untracked = False
         self.flops = 0
+        self.items_read = 0  # numbers read out of tensors one at a time (puzzles/simulator/guards.py)
+        self.site = self.sites.here
         self.waiting = None  # the communication op this rank is blocked in, if any
+
+    def guard_caller(self):
+        """This process's rank while its own code runs (not the tracker's or torch.distributed's own work)."""
+        return None if self.untracked else self
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:  # as the simulator's mode: nothing is compiled on a graded rank
@@ -210,6 +218,8 @@ class ProcessTracker(TorchDispatchMode):
             return func(*args, **kwargs)
         if func.namespace == "c10d":
             return self._communicate(func, args, kwargs)
+        if func is _ITEM:
+            guards.count_item(self)
         out = func(*args, **kwargs)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         runtime = None

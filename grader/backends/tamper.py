@@ -1,0 +1,312 @@
+"""Did the answer change the grader, the simulator, torch, or what a puzzle takes away?
+
+The learner's code runs in the grader's own process (the simulator's ranks are threads), so it could rebind a
+check, loosen a tolerance, zero a FLOP formula, patch `torch.allclose` or reload a module that a puzzle switches
+off, and turn a wrong answer into a pass. So the backends take a fingerprint of everything a verdict rests on
+just before the learner's file is loaded, and compare it with a second one taken right after the run: any
+difference is tampering, an outcome of its own (status "tampered"), never a pass.
+
+A fingerprint records, for each watched module, the identity of every attribute, and one level deeper: the code,
+defaults and closure of each function, the members of each class defined in a watched module (their code too),
+the contents of module-level containers (a dict of FLOP formulas, a tuple of budgets) and the attributes of
+objects defined in a watched module (the puzzles' SPEC objects). Identities are cheap to take (a few ms) and
+change whenever anything is rebound, replaced or reloaded. Caches that legitimately grow during a run are
+allowed to grow, not to change what they already held, and their new entries are audited by their owners.
+
+What this cannot do: a determined learner with the whole process at hand (gc.get_objects, ctypes) can still
+forge state that leaves every identity in place. The ledger's figures are cross-checked separately (its own
+timeline, the storages it tracks: puzzles/simulator/memory.py), and `batch` grades each submission in a
+sandboxed child whose results the parent re-derives (README, "Grading for credit").
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+from ..core.result import TAMPERED, PuzzleResult
+
+# Modules whose every attribute a verdict may rest on. Prefixes cover a package and its submodules.
+WATCHED_PREFIXES = ("grader", "puzzles.sim", "puzzles.simulator", "puzzles.model")
+WATCHED_MODULES = ("builtins", "math", "operator", "copy", "functools", "torch", "torch._C", "torch.nn.functional",
+                   "torch.autograd", "torch.autograd.function", "torch.autograd.graph", "torch.utils.flop_counter",
+                   "torch.utils._python_dispatch", "torch.overrides", "torch.utils.checkpoint")
+# Classes outside those modules whose members matter as much (torch.Tensor's Python methods: __sub__, allclose...).
+WATCHED_CLASSES = ("torch.Tensor", "torch.storage.UntypedStorage", "torch.storage._StorageBase")
+# Module-level caches of the project's that fill in during a run: new keys are fine, a changed value is not. (In
+# torch and the standard library every module-level dict may gain entries: registries such as
+# copy.dispatch_table fill in lazily. Losing or changing an entry is still tampering.)
+GROWING = {"puzzles.simulator.clock._FORMULAS"}
+_SKIP_TYPES = (types.ModuleType, threading.local)
+# torch keeps state in module-level scalars (flags that its dispatch modes toggle): in torch and the standard
+# library only objects are watched; in the project's own modules every scalar too (a tolerance, a budget).
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_FUNCTION_PARTS = ("__code__", "__defaults__", "__kwdefaults__", "__closure__")
+
+
+class _Print:
+    """One attribute as it was: the object, and one level of what it holds (parts of a function, members of a
+    class, items of a container, attributes of an object). Compared by identity, restored by assignment."""
+
+    __slots__ = ("value", "parts", "kind")
+
+    def __init__(self, value, owner: str, depth: int = 0):
+        self.value, self.parts, self.kind = value, None, "object"
+        if isinstance(value, _SKIP_TYPES):
+            return
+        if isinstance(value, types.FunctionType):
+            self.kind, self.parts = "function", tuple(getattr(value, a) for a in _FUNCTION_PARTS)
+        elif isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__, types.FunctionType):
+            self.kind, self.parts = "function", tuple(getattr(value.__func__, a) for a in _FUNCTION_PARTS)
+        elif depth == 0 and isinstance(value, type) and getattr(value, "__module__", "") == owner:
+            self.kind, self.parts = "class", _members(value)
+        elif depth == 0 and isinstance(value, dict):
+            self.kind, self.parts = "dict", dict(value)
+        elif depth == 0 and isinstance(value, (list, set)):
+            self.kind, self.parts = "container", list(value)
+        elif depth == 0 and getattr(type(value), "__module__", "") == owner and hasattr(value, "__dict__") \
+                and not isinstance(value, type):
+            self.kind, self.parts = "instance", dict(vars(value))
+
+    def same_as(self, later: _Print, grow_ok: bool = False) -> bool:
+        if later.value is not self.value:
+            return False
+        if self.kind == "function" or (self.kind == "container" and isinstance(self.value, list)):
+            return len(self.parts) == len(later.parts) and all(a is b for a, b in zip(self.parts, later.parts))
+        if self.kind == "container":  # a set: same members, in any order
+            return sorted(map(id, self.parts)) == sorted(map(id, later.parts))
+        if self.kind == "class":
+            return _members_same(self.parts, later.parts)
+        if self.kind in ("dict", "instance"):
+            if not grow_ok and self.parts.keys() != later.parts.keys():
+                return False
+            return all(k in later.parts and later.parts[k] is v for k, v in self.parts.items())
+        return True
+
+    def restore(self) -> None:
+        """Put what this attribute held back in place (its code, its contents, its members)."""
+        target = self.value
+        if self.kind == "function":
+            func = target.__func__ if isinstance(target, (staticmethod, classmethod)) else target
+            for name, part in zip(_FUNCTION_PARTS, self.parts):
+                if name != "__closure__" and getattr(func, name) is not part:
+                    setattr(func, name, part)
+        elif self.kind == "class":
+            _restore_members(target, self.parts)
+        elif self.kind == "dict":
+            target.clear()
+            target.update(self.parts)
+        elif self.kind == "container":
+            if isinstance(target, list):
+                target[:] = self.parts
+            else:
+                target.clear()
+                target.update(self.parts)
+        elif self.kind == "instance":
+            vars(target).clear()
+            vars(target).update(self.parts)
+
+
+def _members(cls: type) -> dict:
+    return {k: (v, tuple(getattr(v, a) for a in _FUNCTION_PARTS) if isinstance(v, types.FunctionType) else None)
+            for k, v in list(vars(cls).items()) if k not in ("__dict__", "__weakref__")}
+
+
+def _members_same(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    return all(b[k][0] is v and (parts is None or all(x is y for x, y in zip(parts, b[k][1])))
+               for k, (v, parts) in a.items())
+
+
+def _restore_members(cls: type, members: dict) -> None:
+    for k in [k for k in list(vars(cls)) if k not in members and k not in ("__dict__", "__weakref__")]:
+        delattr(cls, k)
+    for k, (v, parts) in members.items():
+        if vars(cls).get(k) is not v:
+            setattr(cls, k, v)
+        if parts is not None:
+            for name, part in zip(_FUNCTION_PARTS, parts):
+                if name != "__closure__" and getattr(v, name) is not part:
+                    setattr(v, name, part)
+
+
+def _what_changed(where: str, before: _Print, after: _Print) -> list[str]:
+    """'x was rebound to another object', or which members, items or attributes of x changed."""
+    if after.value is not before.value:
+        return [f"{where} was rebound to another object"]
+    if before.kind == "function":
+        return [f"{where} was modified in place (its code, defaults or closure)"]
+    if before.kind == "class":
+        keys = before.parts.keys() | after.parts.keys()
+        changed = [k for k in sorted(keys) if k not in before.parts or k not in after.parts
+                   or not _members_same({k: before.parts[k]}, {k: after.parts[k]})]
+        return [f"{where}.{k} was changed" for k in changed] or [f"{where} was changed"]
+    if before.kind in ("dict", "instance"):
+        keys = before.parts.keys() | after.parts.keys()
+        changed = [k for k in keys if before.parts.get(k, _MISSING) is not after.parts.get(k, _MISSING)]
+        if before.kind == "instance" and changed:
+            return [f"{where}.{k} was changed" for k in sorted(map(str, changed))]
+        return [f"{where} was modified in place ({len(changed)} entries changed)"]
+    return [f"{where} was modified in place"]
+
+
+def _watched_names(extra=()) -> list[str]:
+    names = [n for n in list(sys.modules) if n.startswith(WATCHED_PREFIXES)]
+    names += [n for n in WATCHED_MODULES if n in sys.modules]
+    return sorted(set(names) | {n for n in extra if n in sys.modules})
+
+
+def _resolve(dotted: str):
+    module, _, attr = dotted.rpartition(".")
+    while module and module not in sys.modules:
+        module, _, more = module.rpartition(".")
+        attr = f"{more}.{attr}"
+    obj = sys.modules.get(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+class Fingerprint:
+    """What the watched modules (and any `extra` module a caller names) look like now."""
+
+    def __init__(self, extra=()):
+        self.modules: dict[str, tuple] = {}
+        for name in _watched_names(extra):
+            module = sys.modules.get(name)
+            if module is not None:
+                ours = name.startswith(WATCHED_PREFIXES)
+                self.modules[name] = (module, {k: _Print(v, name) for k, v in list(vars(module).items())
+                                               if not (k.startswith("__") and k.endswith("__"))
+                                               and (ours or not isinstance(v, _SCALARS))})
+        self.classes = {dotted: _Print(cls, getattr(cls, "__module__", "")) for dotted in WATCHED_CLASSES
+                        if isinstance(cls := _resolve(dotted), type)}
+
+    def changes(self, later: Fingerprint) -> list[str]:
+        """What differs in `later`, in words ('grader.core.compare.REL_TOL was rebound to another object')."""
+        out = []
+        for name, (module, attrs) in self.modules.items():
+            if name not in later.modules or later.modules[name][0] is not module:
+                out.append(f"module {name} was replaced or removed in sys.modules")
+                continue
+            attrs2 = later.modules[name][1]
+            ours = name.startswith(WATCHED_PREFIXES)
+            for attr, before in attrs.items():
+                where = f"{name}.{attr}"
+                if attr not in attrs2:
+                    out.append(f"{where} was deleted")
+                elif not before.same_as(attrs2[attr], grow_ok=where in GROWING or not ours):
+                    out += _what_changed(where, before, attrs2[attr])
+            out += [f"{name}.{attr} was added" for attr in sorted(attrs2.keys() - attrs.keys())
+                    if not isinstance(attrs2[attr].value, _SCALARS) or name.startswith(WATCHED_PREFIXES)]
+        for dotted, before in self.classes.items():
+            after = later.classes.get(dotted)
+            if after is None:
+                out.append(f"class {dotted} was replaced")
+            elif not before.same_as(after):
+                out += _what_changed(dotted, before, after)
+        return out
+
+    def restore(self) -> None:
+        """Undo every change since this fingerprint was taken, so that the runs after a tampered one are sound."""
+        now = Fingerprint()
+        for name, (module, attrs) in self.modules.items():
+            if sys.modules.get(name) is not module:
+                sys.modules[name] = module
+            current, later = vars(module), now.modules.get(name, (None, {}))[1]
+            for attr in [a for a in list(current) if a not in attrs and a in later]:
+                del current[attr]
+            for attr, before in attrs.items():
+                if current.get(attr, _MISSING) is not before.value:
+                    current[attr] = before.value
+                if attr not in later or not before.same_as(later[attr]):
+                    before.restore()
+        for dotted, before in self.classes.items():
+            if dotted not in now.classes or not before.same_as(now.classes[dotted]):
+                before.restore()
+
+
+_MISSING = object()
+
+
+def describe(changes: list[str], limit: int = 6) -> str:
+    """The tampering, for the result's error text."""
+    shown = "; ".join(changes[:limit]) + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")
+    return (f"your code modified what the grader relies on: {shown}. A verdict cannot rest on a run that changed "
+            f"the grader, the simulator or torch, so this answer is not graded. Change only your own code.")
+
+
+def untampered(spec, before: Fingerprint, outcome):
+    """`outcome`, unless something the grader relies on changed since `before`: then a "tampered" result (and
+    the change is undone, so that what runs next is sound)."""
+    changes = before.changes(Fingerprint())
+    if not changes:
+        return outcome
+    before.restore()
+    return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe(changes))
+
+
+# ---- internals no answer needs: reaching for them is how the checks above would be bypassed
+
+# Modules an answer never imports: the grader, the simulator's insides (`dist` and puzzles.sim are the API), the
+# dispatcher's internals (switching the rank's dispatch mode off hides ops from the ledger and the clock), raw
+# memory access, and reloading.
+_FORBIDDEN_MODULES = ("grader", "puzzles.simulator", "torch._C", "torch.utils._python_dispatch", "torch._dispatch",
+                      "torch.utils._mode_utils", "ctypes", "importlib", "gc")
+# Attributes an answer never touches: the runtime's private state, and the levers of the dispatcher and of
+# Python's introspection that reach the grader's objects.
+_FORBIDDEN_ATTRIBUTES = {
+    "_world", "_me", "_live", "_peak_live", "_refs", "_sizes", "_problems", "_still_alive", "_alive_keys",
+    "_FORMULAS", "flop_registry", "_disable_current_modes", "_pop_mode", "_push_mode", "_pop_mode_temporarily",
+    "_DisableTorchDispatch", "_get_current_dispatch_mode_stack", "get_objects", "get_referrers", "_getframe",
+    "_current_frames", "settrace", "setprofile", "__code__", "__globals__", "__closure__", "__builtins__",
+}
+
+
+def internals_used(source: str, filename: str = "") -> list[str]:
+    """Where an answer's source reaches into internals ('line 3: import torch.utils._python_dispatch'); [] for
+    an ordinary answer. A static scan: it cannot see through exec or getattr with a computed name, which is what
+    the fingerprint and the ledger's audit are for."""
+    import ast
+
+    try:
+        tree = ast.parse(source, filename or "<answer>")
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+    found = []
+
+    def note(node, what):
+        text = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
+        found.append(f"line {node.lineno}: {what} ({text})")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(_FORBIDDEN_MODULES) and _is_module(alias.name):
+                    note(node, f"imports {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith(_FORBIDDEN_MODULES) and _is_module(node.module):
+                note(node, f"imports from {node.module}")
+            for alias in node.names:
+                if alias.name in _FORBIDDEN_ATTRIBUTES:
+                    note(node, f"imports {alias.name}")
+        elif isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRIBUTES:
+            note(node, f"uses .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in ("__builtins__",):
+            note(node, f"uses {node.id}")
+    return found
+
+
+def _is_module(name: str) -> bool:
+    """'torch._C' and 'torch._C.foo' are internal; 'torch._Calculated' is not a prefix match we mean."""
+    return any(name == m or name.startswith(m + ".") for m in _FORBIDDEN_MODULES)
+
+
+def describe_internals(found: list[str], limit: int = 4) -> str:
+    shown = "; ".join(found[:limit]) + (f"; and {len(found) - limit} more" if len(found) > limit else "")
+    return (f"your code reaches into the grader's or the runtime's internals: {shown}. No puzzle needs them (use "
+            f"the `dist` your function receives, torch's public API and puzzles.model), and they are how a "
+            f"verdict would be forged, so this answer is not graded. Remove them.")

@@ -1,0 +1,122 @@
+"""Memory the ledger cannot see: inside a simulated rank, tensors stay tensors.
+
+The memory ledger (memory.py) counts torch's storages. A rank that copied its activations into a numpy array, a
+Python list or a bytes object would hold them where no ledger looks, and every memory budget would be
+meaningless. None of the puzzles needs such copies, so while a run is on, a rank that makes one gets a
+HiddenMemoryError naming its line. Small conversions stay fine: up to SMALL numbers at once (split sizes, a
+count, a logged loss), and up to ITEMS numbers read one by one with `.item()`, `float(t)` or `int(t)` per rank.
+
+Outside the ranks (the grader, a notebook cell) nothing changes: the guard asks `current()` who is calling, and
+lets everyone but a rank's own code through. The methods are patched on torch's classes only while a run is on.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .types import HiddenMemoryError, _desc
+
+SMALL = 64  # numbers a rank may turn into Python data at once
+ITEMS = 4096  # numbers a rank may read one at a time (.item(), float(t), storage[i]) in a run
+
+# (class, method, what it makes): the ways a tensor's or a storage's contents leave torch.
+_WAYS = [
+    (torch.Tensor, "numpy", "a numpy array"),
+    (torch.Tensor, "__array__", "a numpy array"),
+    (torch.Tensor, "tolist", "a Python list"),
+    (torch.Tensor, "__reduce_ex__", "pickled bytes"),
+    (torch.Tensor, "__dlpack__", "a DLPack capsule"),
+    (torch.storage._StorageBase, "tolist", "a Python list"),
+    (torch.storage._StorageBase, "__iter__", "Python numbers"),
+    (torch.storage._StorageBase, "__reduce__", "pickled bytes"),
+]
+_lock = threading.Lock()
+_users = 0
+_saved: list[tuple] = []  # (class, name, the original if the class itself defined it, else None)
+_current = []  # the callables that say which rank (if any) is calling: one per active run
+
+
+def _size(obj) -> int:
+    return obj.numel() if isinstance(obj, torch.Tensor) else obj.nbytes()
+
+
+def _describe(obj) -> str:
+    return f"a {_desc(obj)} tensor" if isinstance(obj, torch.Tensor) else f"a storage of {obj.nbytes():,} bytes"
+
+
+def _caller():
+    for current in list(_current):
+        who = current()
+        if who is not None:
+            return who
+    return None
+
+
+def _guarded(cls, name: str, what: str, original):
+    def guard(self, *args, **kwargs):
+        who = _caller()
+        if who is not None and _size(self) > SMALL:
+            raise HiddenMemoryError(
+                f"rank {who.rank} turned {_describe(self)} into {what} at {who.site()}: inside a rank, keep tensors "
+                f"as torch tensors. The memory ledger sees only torch's storages, so {what} would hide memory "
+                f"from the budgets. (Small conversions, up to {SMALL} numbers at once, such as split sizes, a "
+                f"count or a logged loss, are fine.)")
+        return original(self, *args, **kwargs)
+
+    guard.__name__, guard.__qualname__ = name, f"{cls.__name__}.{name}"
+    return guard
+
+
+def count_item(who) -> None:
+    """A rank read one number out of a tensor (`.item()`, `float(t)`): fine, unless it reads a tensor's worth."""
+    who.items_read += 1
+    if who.items_read > ITEMS:
+        raise HiddenMemoryError(
+            f"rank {who.rank} read more than {ITEMS:,} numbers out of tensors one by one (.item(), float(t), "
+            f"int(t)), the last at {who.site()}: inside a rank, keep tensors as torch tensors. Python numbers are "
+            f"memory the ledger cannot see, so copying a tensor into them would hide it from the budgets.")
+
+
+def _counted_getitem(original):
+    def getitem(self, index):
+        who = _caller()
+        if who is not None and isinstance(index, int):
+            count_item(who)
+        return original(self, index)
+
+    return getitem
+
+
+def install(current) -> None:
+    """Guard the ways out of torch while a run is on. `current()` returns the calling rank (an object with
+    `.rank`, `.site()` and `.items_read`) or None for code that is not a rank's own."""
+    global _users
+    with _lock:
+        _current.append(current)
+        _users += 1
+        if _users > 1:
+            return
+        for cls, name, what in _WAYS:
+            own = vars(cls).get(name)
+            _saved.append((cls, name, own))
+            setattr(cls, name, _guarded(cls, name, what, getattr(cls, name)))
+        own = vars(torch.storage._StorageBase).get("__getitem__")
+        _saved.append((torch.storage._StorageBase, "__getitem__", own))
+        torch.storage._StorageBase.__getitem__ = _counted_getitem(own)
+
+
+def uninstall(current) -> None:
+    global _users
+    with _lock:
+        _current.remove(current)
+        _users -= 1
+        if _users:
+            return
+        for cls, name, own in reversed(_saved):
+            if own is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, own)
+        _saved.clear()

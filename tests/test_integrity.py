@@ -1,0 +1,306 @@
+"""Verdicts the learner's code cannot fool, and the grader's own failures never blamed on the learner.
+
+- A half-written puzzle is "partial" (naming what is left), not "not attempted"; a NotImplementedError the
+  learner's code raises itself (or torch raises) is an error of the answer.
+- Modifying the grader, the simulator, torch, or a module a puzzle takes away is "tampered", never a pass.
+- The memory ledger's figures are cross-checked against its own timeline and the storages it tracks.
+- Tensors stay tensors inside a rank: numpy arrays, Python lists and bytes would hide memory from the ledger.
+- A check or diagnosis that crashes is a grader error (or a missing diagnosis), never the learner's fault.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.backends.simulator import grade_file
+from grader.core import report
+from grader.core.result import ERROR, FAIL, GRADER_ERROR, NOT_ATTEMPTED, PARTIAL, PASS, TAMPERED
+from grader.frontends import cli
+from grader.frontends.stubs import stub
+from grader.frontends.targets import REPO
+from grader.specs import SPECS
+from puzzles import sim
+
+
+def solution(pid: str) -> str:
+    return (REPO / "solutions" / SPECS[pid].filename).read_text()
+
+
+def solved(pid: str) -> str:
+    """The reference solution as a learner's file (the marker lines gone)."""
+    return "".join(line for line in solution(pid).splitlines(keepends=True)
+                   if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
+
+
+def write(tmp_path: Path, pid: str, source: str) -> Path:
+    path = tmp_path / SPECS[pid].filename
+    path.write_text(textwrap.dedent(source) if source.startswith("\n") else source)
+    return path
+
+
+def grade(tmp_path, pid, source, seed=3):
+    result = grade_file(SPECS[pid], write(tmp_path, pid, source), seed)
+    return result, report.pytest_message(result, seed)
+
+
+P3_IMPORTS = "import torch\nfrom puzzles.model import forward, loss_fn\n"
+P3_RIGHT = P3_IMPORTS + '''
+def data_parallel_step(dist, x_shard, target_shard, layers, lr):
+    loss_fn(forward(x_shard, layers), target_shard).backward()
+    with torch.no_grad():
+        for w1, w2 in layers:
+            for w in (w1, w2):
+                dist.all_reduce(w.grad, op=dist.ReduceOp.AVG)
+                w -= lr * w.grad
+'''
+
+
+# ---- partly written puzzles
+
+
+def test_a_puzzle_with_one_part_left_is_partial_and_names_it(tmp_path):
+    source = stub(solution("p4"), "p4_tensor_parallel.py")
+    source = source.replace('raise NotImplementedError("p4: write CopyToTensorParallel.forward")',
+                            "ctx.dist = dist\n        return x")
+    source = source.replace('raise NotImplementedError("p4: write tp_forward")', '''for w1, w2 in shards:
+        a = F.gelu(CopyToTensorParallel.apply(x, dist) @ w1)
+        x = x + ReduceFromTensorParallel.apply(a @ w2, dist)
+    return x''')
+    result, message = grade(tmp_path, "p4", source)
+    assert result.status == PARTIAL, message
+    assert "ReduceFromTensorParallel.forward" in result.error and "CopyToTensorParallel.backward" in result.error
+    assert "tp_forward" not in result.error.split("still to write")[1].split(".")[0], message
+    assert "PARTIAL" in message
+
+
+def test_a_raise_left_after_written_code_is_partial_with_its_line(tmp_path):
+    source = P3_RIGHT.replace("                w -= lr * w.grad",
+                              "                w -= lr * w.grad\n    raise NotImplementedError(\"p3: write data_parallel_step\")")
+    result, message = grade(tmp_path, "p3", source)
+    assert result.status == PARTIAL, message
+    line = source.splitlines().index("    raise NotImplementedError(\"p3: write data_parallel_step\")") + 1
+    assert "data_parallel_step" in result.error and f"line {line}" in result.error, message
+
+
+def test_the_untouched_stub_is_not_attempted(tmp_path):
+    result, message = grade(tmp_path, "p4", stub(solution("p4"), "p4_tensor_parallel.py"))
+    assert result.status == NOT_ATTEMPTED, message
+
+
+def test_a_not_implemented_error_of_the_answers_own_is_an_error(tmp_path):
+    source = P3_IMPORTS + '''
+def data_parallel_step(dist, x_shard, target_shard, layers, lr):
+    raise NotImplementedError("I will do the sparse case later")
+'''
+    result, message = grade(tmp_path, "p3", source)
+    assert result.status == ERROR and "sparse case" in result.error, message
+
+
+def test_partial_counts_as_not_passing_on_the_command_line(tmp_path, capsys):
+    write(tmp_path, "p3", P3_RIGHT.replace("                w -= lr * w.grad",
+                                           "                w -= lr * w.grad\n    raise NotImplementedError('p3: write data_parallel_step')"))
+    assert cli.main(["check", str(tmp_path), "-p", "p3", "--seed", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "PARTIAL" in out and "1 partial" in out
+
+
+# ---- tampering
+
+
+def test_an_honest_answer_is_not_flagged(tmp_path):
+    result, message = grade(tmp_path, "p3", P3_RIGHT)
+    assert result.status == PASS, message
+
+
+# Each cheat names its modules with computed strings, as a determined cheat would, so that the static scan for
+# internals (tested below) does not see it and the fingerprint has to.
+GRADER = "__import__('importlib'.replace('lib', 'lib')).import_module('grad' + 'er.core.compare')"
+@pytest.mark.parametrize("cheat, what", [
+    (f"c = {GRADER}\nc.REL_TOL = 1e9\n", "grader.core.compare.REL_TOL"),
+    (f"c = {GRADER}\nsetattr(c.values_check, '__co' + 'de__', getattr(lambda *a, **k: None, '__co' + 'de__'))\n",
+     "grader.core.compare.values_check"),
+    ("import sys\ns = sys.modules['grad' + 'er.specs.p3_data_parallel']\ns.SPEC.check = lambda obs, ref, inputs: []\n",
+     "SPEC.check"),
+    ("import torch\ntorch.allclose = lambda *a, **k: True\n", "torch.allclose"),
+    ("import torch\ntorch.Tensor.__sub__ = lambda a, b: a * 0\n", "torch.Tensor.__sub__"),
+    ("import builtins\nbuiltins.max = lambda *a, **k: 0\n", "builtins.max"),
+    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.clock']\nk.CostModel.compute_ticks = lambda self, f: 0\n",
+     "CostModel.compute_ticks"),
+    ("from torch.utils import flop_counter\ngetattr(flop_counter, 'flop_' + 'registry').clear()\n", "flop_registry"),
+])
+def test_modifying_the_grader_simulator_or_torch_is_tampering(tmp_path, cheat, what):
+    # The cheat runs inside the learner's step (a cheat at import time is caught the same way).
+    source = P3_IMPORTS + "\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n" + \
+        textwrap.indent(cheat, "    ") + "    pass\n"
+    result, message = grade(tmp_path, "p3", source)
+    assert result.status == TAMPERED, message
+    assert what in result.error, message
+    # and the grader undid the change: the honest answer graded next passes
+    again, message = grade(tmp_path, "p3", P3_RIGHT)
+    assert again.status == PASS, message
+
+
+@pytest.mark.parametrize("cheat", [
+    "sim.current_ledger().peak = 0",
+    "led = sim.current_ledger()\n    led.timeline[:] = [(0, 0)]\n    led.peak = 0",
+    "led = sim.current_ledger()\n    [led.free(k) for k in list(getattr(led, '_li' + 've'))]",
+    "led = sim.current_ledger()\n    getattr(led, '_li' + 've').clear(); led.current = 0; led.peak = 0; led.timeline[:] = [(0, 0)]",
+])
+def test_writing_to_the_ledger_is_tampering(tmp_path, cheat):
+    # The cheat comes after the step's peak, where it would lower the peak the grader reads.
+    source = P3_IMPORTS + "from puzzles import sim\n" + P3_RIGHT.split(P3_IMPORTS)[1] + "    " + cheat + "\n"
+    result, message = grade(tmp_path, "p3", source)
+    assert result.status == TAMPERED, message
+    assert "ledger" in result.error, message
+
+
+def test_reloading_what_p1_takes_away_is_tampering(tmp_path):
+    source = solved("p1")
+    source = source.replace("import torch\n", "import torch\nimport torch.utils.checkpoint\n"
+                                              "__import__('imp' + 'ortlib').reload(torch.utils.checkpoint)\n", 1)
+    result, message = grade(tmp_path, "p1", source)
+    assert result.status == TAMPERED, message
+    assert "torch.utils.checkpoint" in result.error, message
+
+
+def test_the_grader_itself_is_unharmed_after_a_tampered_run(tmp_path):
+    grade(tmp_path, "p3", P3_IMPORTS + "torch.allclose = lambda *a, **k: True\n" + P3_RIGHT.split(P3_IMPORTS)[1])
+    assert torch.allclose(torch.zeros(1), torch.ones(1)) is False  # the grader put torch back
+
+
+@pytest.mark.parametrize("cheat, what", [
+    ("import grader.core.compare as c\nc.REL_TOL = 1e9\n", "imports grader.core.compare"),
+    ("from torch.utils._python_dispatch import _disable_current_modes\n", "torch.utils._python_dispatch"),
+    ("import gc\nx = [o for o in gc.get_objects()]\n", "imports gc"),
+    ("import torch\nfrom puzzles import sim\nsim.current_ledger()._live.clear()\n", "._live"),
+])
+def test_reaching_into_internals_is_not_graded(tmp_path, cheat, what):
+    source = P3_IMPORTS + "\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n" + \
+        textwrap.indent(cheat, "    ") + "    pass\n"
+    result, message = grade(tmp_path, "p3", source)
+    assert result.status == TAMPERED and what in result.error and "internals" in result.error, message
+    token = what.split()[-1].lstrip(".")
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if token in text)
+    assert f"line {line}:" in result.error, message
+
+
+def test_the_scan_spares_every_reference_naive_and_wrong_answer():
+    from grader.backends.tamper import internals_used
+
+    files = [*(REPO / "solutions").glob("p*.py"), *(REPO / "tests" / "naive").glob("p*.py"),
+             *(REPO / "tests" / "wrong").glob("p*.py"), *(REPO / "puzzles").glob("p*.py")]
+    flagged = {f.name: internals_used(f.read_text()) for f in files if internals_used(f.read_text())}
+    assert not flagged, flagged
+
+
+# ---- memory hidden from the ledger
+
+
+CONVERSIONS = {
+    "numpy": lambda t: t.numpy().copy(),
+    "list": lambda t: t.tolist(),
+    "bytes": lambda t: bytes(t.untyped_storage()),
+    "pickle": lambda t: __import__("pickle").dumps(t),
+    "numbers one by one": lambda t: [float(v) for v in t.reshape(-1)],
+}
+
+
+@pytest.mark.parametrize("conversion", list(CONVERSIONS))
+def test_tensors_turned_into_python_data_inside_a_rank_are_refused(conversion):
+    def rank(dist):
+        t = torch.randn(256, 32, dtype=torch.float64)
+        return CONVERSIONS[conversion](t)
+
+    with pytest.raises(sim.HiddenMemoryError) as info:
+        sim.run(rank, world_size=2)
+    message = str(info.value)
+    assert "ledger" in message and "test_integrity.py" in message, message
+
+
+def test_small_conversions_are_fine():
+    def rank(dist):
+        counts = torch.tensor([3, 1, 4, 1], dtype=torch.int64)
+        loss = torch.randn(8, dtype=torch.float64).sum()
+        return counts.tolist(), loss.item(), counts.numpy().sum()
+
+    result = sim.run(rank, world_size=2)
+    assert result.results[0][0] == [3, 1, 4, 1]
+    assert torch.tensor([1.0]).numpy().tolist() == [1.0]  # outside a rank, nothing is refused
+
+
+def test_hidden_memory_in_a_puzzle_is_an_error_that_says_why(tmp_path):
+    source = solved("p1")
+    source = source.replace("saved.append(x)", "saved.append(x.numpy().copy())").replace(
+        "start = saved[s].detach()", "start = torch.from_numpy(saved[s]).detach()")
+    result, message = grade(tmp_path, "p1", source)
+    assert result.status == ERROR, message
+    assert "HiddenMemoryError" in result.error and "numpy" in result.error, message
+
+
+# ---- the grader's own failures
+
+
+def test_a_check_that_crashes_is_a_grader_error(monkeypatch, tmp_path):
+    spec = SPECS["p3"]
+    path = write(tmp_path, "p3", P3_RIGHT)
+
+    def broken(obs, ref, inputs):
+        raise KeyError("layers")
+
+    monkeypatch.setattr(spec, "check", broken)
+    result = grade_file(spec, path, 3)
+    assert result.status == GRADER_ERROR, report.pytest_message(result, 3)
+    assert "not your answer" in result.error and "KeyError" in result.error
+
+
+def test_a_diagnosis_that_crashes_leaves_the_check_failed_without_a_cause(monkeypatch, tmp_path):
+    spec = SPECS["p3"]
+    path = write(tmp_path, "p3", P3_RIGHT.replace("op=dist.ReduceOp.AVG", "op=dist.ReduceOp.SUM"))
+
+    def broken(*args):
+        raise StopIteration
+
+    monkeypatch.setattr(type(spec), "diagnose", broken)
+    result = grade_file(spec, path, 3)
+    assert result.status == FAIL, report.pytest_message(result, 3)
+    [weights] = [c for c in result.checks if c.name == "updated weights"]
+    assert not weights.passed and "could not work out" in weights.diagnosis
+
+
+def test_every_status_renders():
+    from grader.core.result import STATUSES, PuzzleResult
+
+    results = [PuzzleResult("p3", "data_parallel", "Data parallel", s, error=f"why {s}") for s in STATUSES]
+    text = report.console(results, "x", 1)
+    for s in STATUSES:
+        assert report.BADGES[s] in text
+    assert all(report.to_html(r, 1) for r in results)
+
+
+@pytest.mark.parametrize("when", ["at import", "inside the step"])
+def test_tampering_is_caught_on_real_processes_too(tmp_path, when):
+    """At import the grader's own process sees it (it loads the file to report import errors); inside the step,
+    each rank's process does."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    from grader.backends import real
+
+    cheat = f"c = {GRADER}\nc.REL_TOL = 1e9\n"
+    body = P3_RIGHT.split(P3_IMPORTS)[1].replace("op=dist.ReduceOp.AVG", "op=dist.ReduceOp.SUM")
+    if when == "at import":
+        source = P3_IMPORTS + cheat + body
+    else:
+        source = P3_IMPORTS + body.replace("lr):\n", "lr):\n" + textwrap.indent(cheat, "    "), 1)
+    write(tmp_path, "p3", source)
+    [result] = real.grade_folder(tmp_path, [SPECS["p3"]], seed=3, timeout=60)
+    assert result.status == TAMPERED, report.pytest_message(result, 3)
+    assert "grader.core.compare.REL_TOL" in result.error
+    import grader.core.compare
+
+    assert grader.core.compare.REL_TOL == 1e-8  # this process is sound again
