@@ -108,9 +108,13 @@ class _Print:
             vars(target).update(self.parts)
 
 
+# Set on a class by Python itself: copyreg caches __slotnames__ the first time an instance is copied or pickled.
+_BOOKKEEPING = ("__dict__", "__weakref__", "__slotnames__")
+
+
 def _members(cls: type) -> dict:
     return {k: (v, tuple(getattr(v, a) for a in _FUNCTION_PARTS) if isinstance(v, types.FunctionType) else None)
-            for k, v in list(vars(cls).items()) if k not in ("__dict__", "__weakref__")}
+            for k, v in list(vars(cls).items()) if k not in _BOOKKEEPING}
 
 
 def _members_same(a: dict, b: dict) -> bool:
@@ -121,7 +125,7 @@ def _members_same(a: dict, b: dict) -> bool:
 
 
 def _restore_members(cls: type, members: dict) -> None:
-    for k in [k for k in list(vars(cls)) if k not in members and k not in ("__dict__", "__weakref__")]:
+    for k in [k for k in list(vars(cls)) if k not in members and k not in _BOOKKEEPING]:
         delattr(cls, k)
     for k, (v, parts) in members.items():
         if vars(cls).get(k) is not v:
