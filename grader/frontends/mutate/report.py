@@ -84,6 +84,9 @@ def console(runs: list[PuzzleRun], target: str, seed: int, verbose: bool = True)
             if o.listed_equivalent:
                 out.append(f"  note: {where} is on the equivalents list ({o.listed_equivalent}) but was killed by "
                            f"{o.killed_by}: the grader rejects an answer the list calls correct, or the entry is wrong")
+        for e in run.stale:
+            out.append(f"  note: the equivalents entry {e.operator} {e.line!r} -> {e.mutant!r} matches no mutant "
+                       f"of {run.id} any more: remove or update it")
     out.append("")
     out.append(summary_table(runs))
     out.append(verdict(runs))
@@ -136,7 +139,8 @@ def to_json(runs: list[PuzzleRun], target: str, seed: int) -> str:
         else:
             d.update({"reference_seconds": round(r.reference_seconds, 3), "sim_timeout": r.limits.sim_timeout,
                       "reference_peak_bytes": r.reference_peak, "reference_makespan_ticks": r.reference_makespan,
-                      **totals([r]), "outcomes": [o.to_dict() for o in r.outcomes]})
+                      **totals([r]), "outcomes": [o.to_dict() for o in r.outcomes],
+                      "stale_equivalents": [e.__dict__ for e in r.stale]})
         puzzles.append(d)
     return json.dumps({"target": target, "seed": seed, "puzzles": puzzles, "totals": totals(runs),
                        "exit_status": exit_status(runs)}, indent=1)

@@ -18,6 +18,7 @@ minute), an address-space limit, and a wall-clock limit after which the parent k
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import resource
@@ -156,6 +157,7 @@ def _child_main(spec, mutant: Mutant, data: tuple, seed: int, limits: Limits, wo
             out = os.open(workdir / "output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(out, 1)  # what the mutant prints stays out of the report
             os.dup2(out, 2)
+            faulthandler.enable(file=2)  # a crash's traceback goes there too, not to the parent's stderr
             _limit_memory(limits.memory_mb)
             torch.set_num_threads(1)
             (torch.ones(64, 64) @ torch.ones(64, 64)).sum()  # a canary: a fork that broke torch hangs here, a tool error

@@ -31,6 +31,7 @@ class PuzzleRun:
     reference_makespan: int = 0
     limits: Limits | None = None
     seconds: float = 0.0
+    stale: list[Equivalent] = field(default_factory=list)  # entries for this puzzle that matched no mutant
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -78,6 +79,8 @@ def mutate_puzzle(spec, folder: Path, seed: int, equivalents: list[Equivalent], 
             outcome.status, outcome.detail = EQUIVALENT, reason
         elif reason and outcome.status == KILLED:
             outcome.listed_equivalent = reason
+    if not operators:  # with every operator run, an entry that matched nothing is out of date
+        run.stale = [e for e in equivalents if e.puzzle == spec.id and not any(e.matches(m) for m in mutants)]
     run.seconds = time.monotonic() - started
     return run
 
