@@ -66,6 +66,33 @@ def test_a_mutant_that_stops_its_whole_process_is_killed_by_the_wall_clock():
     assert outcome.killed_by.startswith("error: no result after 3 s"), outcome.killed_by
 
 
+def test_what_a_mutant_starts_is_killed_with_it_and_does_not_hold_up_the_run(tmp_path):
+    pid_file = tmp_path / "pid"
+    starts = hand_made(REDUCE, f"                if dist.get_rank() == 0 and w is w1:\n"
+                               f"                    open({str(pid_file)!r}, 'a').write(str(__import__("
+                               f"'subprocess').Popen(['sleep', '600']).pid) + ' ')\n" + REDUCE)
+    [outcome] = grade(starts)
+    assert outcome.status == SURVIVED and outcome.seconds < LIMITS.wall  # it does nothing wrong, and ends at once
+    for pid in map(int, pid_file.read_text().split()):
+        assert _not_running(pid), f"the mutant's `sleep` (pid {pid}) outlived it"
+
+
+def _not_running(pid: int) -> bool:
+    """Gone, or a zombie waiting for init; polled for up to 10 s, since a SIGKILL lands asynchronously."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_check_that_fails_is_named_and_a_passing_mutant_survives_with_its_numbers():
     dropped = hand_made("                w.grad /= world\n", "")
     swapped = hand_made("loss_fn(forward(x_shard, layers), target_shard)",

@@ -119,14 +119,14 @@ def grade_mutants(spec, mutants: list[Mutant], seed: int, limits: Limits, jobs: 
                         on_done(outcomes[child.index])
                 for fd, child in list(running.items()):
                     if time.monotonic() > child.deadline:
-                        os.kill(child.pid, signal.SIGKILL)
+                        _kill(child.pid)
                         running.pop(fd)
                         outcomes[child.index] = _finish(child, mutants[child.index], limits, killed=True)
                         if on_done:
                             on_done(outcomes[child.index])
         finally:
             for child in running.values():  # interrupted: leave no child behind
-                os.kill(child.pid, signal.SIGKILL)
+                _kill(child.pid)
                 os.waitpid(child.pid, 0)
                 os.close(child.fd)
     return outcomes
@@ -139,6 +139,7 @@ def _start(spec, mutant: Mutant, index: int, data: tuple, seed: int, limits: Lim
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: never returns
+        os.setpgid(0, 0)  # its own process group, so that whatever it starts is killed with it
         os.close(read_fd)
         _child_main(spec, mutant, data, seed, limits, workdir, write_fd)
     os.close(write_fd)
@@ -189,6 +190,16 @@ def _child_main(spec, mutant: Mutant, data: tuple, seed: int, limits: Limits, wo
     os._exit(0)
 
 
+def _kill(pid: int) -> None:
+    """SIGKILL to the child's process group (it leads one) and to the child itself. The child is not reaped yet,
+    so its pid, which is also the group's id, cannot have been reused."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _limit_memory(megabytes: int) -> None:
     """The child may grow its address space by `megabytes` beyond what it inherited (torch maps a lot)."""
     try:
@@ -202,16 +213,17 @@ def _limit_memory(megabytes: int) -> None:
 
 def _finish(child: _Child, mutant: Mutant, limits: Limits, killed: bool) -> Outcome:
     """The outcome, from what the child said before it ended, and how it ended."""
-    if killed:
-        try:
-            while chunk := os.read(child.fd, 1 << 16):
-                child.data += chunk
-        except OSError:
-            pass
-    os.close(child.fd)
+    _kill(child.pid)  # done or not: it, and anything it started that may hold the pipe open
     _, status = os.waitpid(child.pid, 0)
+    os.set_blocking(child.fd, False)
+    try:
+        while chunk := os.read(child.fd, 1 << 16):
+            child.data += chunk
+    except OSError:  # nothing more to read now
+        pass
+    os.close(child.fd)
     seconds = time.monotonic() - child.started
-    messages = [json.loads(line) for line in child.data.decode(errors="replace").splitlines() if line.strip()]
+    messages = _messages(child.data)
     kinds = [m["kind"] for m in messages]
     last = messages[-1] if messages else {}
     if "result" in kinds:
@@ -230,6 +242,19 @@ def _finish(child: _Child, mutant: Mutant, limits: Limits, killed: bool) -> Outc
     if kinds and kinds[-1] == "grading":
         return Outcome(mutant, GRADER_ERROR, detail=f"{how} while the checks ran\n{output}", seconds=seconds)
     return Outcome(mutant, TOOL_ERROR, detail=f"{how} before the mutant ran\n{output}", seconds=seconds)
+
+
+def _messages(data: bytes) -> list[dict]:
+    """The child's messages, one JSON object a line; a line cut short by a kill is no message."""
+    out = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and "kind" in message:
+            out.append(message)
+    return out
 
 
 def _verdict(mutant: Mutant, result: dict, seconds: float) -> Outcome:
