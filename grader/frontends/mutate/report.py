@@ -47,7 +47,7 @@ def _rate(rate) -> str:
 
 def _row(o: Outcome) -> str:
     m = o.mutant
-    what = o.killed_by if o.status == KILLED else o.detail.splitlines()[0] if o.detail else ""
+    what = o.killed_by if o.status == KILLED else "(below)"
     return f"  {STATUS_LABEL[o.status]:<12} {m.operator:<18} {m.lineno:>4}  {m.description[:58]:<58}  {what}"
 
 
@@ -98,19 +98,22 @@ def totals(runs: list[PuzzleRun]) -> dict:
     counts = {s: sum(1 for o in outcomes if o.status == s) for s in STATUS_LABEL}
     scored = len(outcomes) - counts[EQUIVALENT]
     return {"mutants": len(outcomes), **counts, "kill_rate": counts[KILLED] / scored if scored else None,
-            "seconds": round(sum(r.seconds for r in runs), 2)}
+            "seconds": round(sum(r.seconds for r in runs), 2),
+            "cpu_seconds": round(sum(r.cpu_seconds for r in runs), 2)}
 
 
 def summary_table(runs: list[PuzzleRun]) -> str:
-    rows = [f"{'puzzle':<8}{'mutants':>8}{'killed':>8}{'equivalent':>12}{'not killed':>12}{'kill rate':>11}{'time':>9}"]
+    rows = [f"{'puzzle':<8}{'mutants':>8}{'killed':>8}{'equivalent':>12}{'not killed':>12}{'kill rate':>11}"
+            f"{'wall':>9}{'cpu':>9}"]
     for r in runs:
         not_killed = len(r.outcomes) - r.count(KILLED) - r.count(EQUIVALENT)
         rows.append(f"{r.id:<8}{len(r.outcomes):>8}{r.count(KILLED):>8}{r.count(EQUIVALENT):>12}{not_killed:>12}"
-                    f"{_rate(r.kill_rate):>11}{r.seconds:>8.1f}s" + ("  (not tested)" if r.error else ""))
+                    f"{_rate(r.kill_rate):>11}{r.seconds:>8.1f}s{r.cpu_seconds:>8.1f}s"
+                    + ("  (not tested)" if r.error else ""))
     t = totals(runs)
     not_killed = t["mutants"] - t[KILLED] - t[EQUIVALENT]
     rows.append(f"{'total':<8}{t['mutants']:>8}{t[KILLED]:>8}{t[EQUIVALENT]:>12}{not_killed:>12}"
-                f"{_rate(t['kill_rate']):>11}{t['seconds']:>8.1f}s")
+                f"{_rate(t['kill_rate']):>11}{t['seconds']:>8.1f}s{t['cpu_seconds']:>8.1f}s")
     return "\n".join(rows)
 
 

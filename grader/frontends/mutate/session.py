@@ -4,6 +4,7 @@ make its mutants, grade them in children, and mark the reviewed equivalents."""
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,8 @@ class PuzzleRun:
     reference_peak: list[int] = field(default_factory=list)  # bytes per rank
     reference_makespan: int = 0
     limits: Limits | None = None
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock
+    cpu_seconds: float = 0.0  # this process and its children, user and system: what a busy machine cannot inflate
     stale: list[Equivalent] = field(default_factory=list)  # entries for this puzzle that matched no mutant
 
     def count(self, status: str) -> int:
@@ -52,7 +54,7 @@ def default_jobs() -> int:
 
 def mutate_puzzle(spec, folder: Path, seed: int, equivalents: list[Equivalent], jobs: int, operators=None,
                   memory_mb: int = 4096, progress=None) -> PuzzleRun:
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _cpu_seconds()
     path = folder / spec.filename
     run = PuzzleRun(spec.id, spec.title, str(path))
     if not path.exists():
@@ -81,8 +83,13 @@ def mutate_puzzle(spec, folder: Path, seed: int, equivalents: list[Equivalent], 
             outcome.listed_equivalent = reason
     if not operators:  # with every operator run, an entry that matched nothing is out of date
         run.stale = [e for e in equivalents if e.puzzle == spec.id and not any(e.matches(m) for m in mutants)]
-    run.seconds = time.monotonic() - started
+    run.seconds, run.cpu_seconds = time.monotonic() - started, _cpu_seconds() - cpu
     return run
+
+
+def _cpu_seconds() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def mutate_target(folder: Path, puzzle_ids, seed: int, equivalents: list[Equivalent], jobs: int | None = None,
