@@ -69,20 +69,19 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                'with torch.profiler.record_function("recompute"):  # the label shows on the chart', _GRAD_MODE_ON),
     Equivalent("p1", "drop-free", "del start, out", "",
                "start and out are rebound in the next iteration; until then `out` is one C-byte output whose graph "
-               "backward already freed, alive during the next recomputation, which is not where the peak is "
-               "(measured: same peak)"),
+               "backward already freed, alive during the next recomputation, which is not where the peak is"),
     Equivalent("p2", "drop-grad-mode", "with torch.enable_grad():", "", _GRAD_MODE_ON),
     Equivalent("p2", "drop-free",
                "del full, start, out  # the gathered checkpoint and the segment's graph go before the next gather", "",
                "the previous gathered checkpoint then lives until the next one is gathered: two at once, which the "
                "puzzle allows ('gathered checkpoints: 2·C, the checkpoint being gathered and at most the previous "
-               "one'); the peak is elsewhere (measured: same peak)"),
+               "one'); the peak is elsewhere"),
     Equivalent("p3", "swap-statements", "dist.all_reduce(w.grad)", "w.grad /= world",
                "dividing by 4 before summing gives the same bits as dividing the sum (a power of two scales "
                "exactly); the same ops, memory and time"),
     Equivalent("p3", "in-place", "w.grad /= world", "w.grad = w.grad / world",
                "w.grad becomes a new tensor with the same values and the old one is freed at once; a transient of "
-               "one gradient, not at the peak (measured: same peak)"),
+               "one gradient, not at the peak"),
     Equivalent("p3", "swap-args", "loss = loss_fn(forward(x_shard, layers), target_shard)",
                "loss = loss_fn(target_shard, forward(x_shard, layers))", _SYMMETRIC_LOSS),
     Equivalent("p4", "drop-clone", "grad = grad.clone()", "grad = grad",
@@ -96,7 +95,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                _SEND_COPIES),
     Equivalent("p5", "drop-free", "inputs[i] = outputs[i] = None  # microbatch i's activations can go", "",
                "GPipe's peak is at the end of the forwards, before this line first runs; keeping the finished "
-               "microbatches (their graphs already freed by backward) only frees them later (measured: same peak)"),
+               "microbatches (their graphs already freed by backward) only frees them later"),
     Equivalent("p5", "swap-args", "y = loss_fn(y, target.chunk(n_micro)[i]) / n_micro",
                "y = loss_fn(target.chunk(n_micro)[i], y) / n_micro", _SYMMETRIC_LOSS),
     Equivalent("p5", "reverse-order",
@@ -139,16 +138,16 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "offset is first read after the gather: the two statements are independent"),
     Equivalent("p8", "drop-grad-mode", "with torch.no_grad():", "",
                "without no_grad the master shard records a graph (cat, slice, clone) that saves no tensor; its "
-               "values are the same and every later update runs under no_grad (measured: same peak)", occurrence=1),
+               "values are the same and every later update runs under no_grad", occurrence=1),
     Equivalent("p8", "in-place", "g /= dist.get_world_size()", "g = g / dist.get_world_size()",
                "g becomes a new shard-sized tensor with the same values, the old one freed at once; a transient, "
-               "not at the peak (measured: same peak)"),
+               "not at the peak"),
     *(Equivalent("p8", "in-place", "denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)", after,
                  "denom is a temporary either way; the out-of-place op makes one more shard-sized temporary, freed "
-                 "by the next op, not at the peak (measured: same peak)")
+                 "by the next op, not at the peak")
       for after in ("denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add(self.eps)",
                     "denom = (self.v / (1 - beta2 ** self.t)).sqrt().add_(self.eps)")),
     Equivalent("p8", "drop-free", "del flat", "",
                "the flat copy of the weights then lives until __init__ returns, while the moments are allocated; "
-               "the peak is in step(), not here (measured: same peak)"),
+               "the peak is in step(), not here"),
 )

@@ -35,13 +35,17 @@ def double_division(src: Source):
 def off_by_one(src: Source):
     for node in src.nodes((ast.Call, ast.Slice, ast.Compare)):
         if isinstance(node, ast.Call) and call_name(node) in ("range", "min", "max"):
-            for arg in node.args:
+            for i, arg in enumerate(node.args):
                 for by in (1, -1):
-                    yield src.replace(arg, shifted(arg, by), f"{text_of(arg)} -> {text_of(shifted(arg, by))}")
+                    yield src.replace(arg, shifted(arg, by), _described(node, "args", i, shifted(arg, by)))
         elif isinstance(node, ast.Slice):
-            for bound in (node.lower, node.upper):
+            subscript = src.parent[node]
+            for field in ("lower", "upper"):
+                bound = getattr(node, field)
                 for by in (1, -1) if bound is not None else ():
-                    yield src.replace(bound, shifted(bound, by), f"{text_of(bound)} -> {text_of(shifted(bound, by))}")
+                    new = copy.deepcopy(subscript)
+                    setattr(new.slice, field, shifted(bound, by))
+                    yield src.replace(bound, shifted(bound, by), f"{text_of(subscript)} -> {text_of(new)}")
         elif isinstance(node, ast.Compare):
             flips = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
             for i, op in enumerate(node.ops):
@@ -49,6 +53,13 @@ def off_by_one(src: Source):
                     new = copy.deepcopy(node)
                     new.ops[i] = flips[type(op)]()
                     yield src.replace(node, new, f"{text_of(node)} -> {text_of(new)}")
+
+
+def _described(call: ast.Call, field: str, index: int, new_arg: ast.expr) -> str:
+    """'range(n) -> range(n + 1)': the whole call before and after, so the change reads in context."""
+    new = copy.deepcopy(call)
+    getattr(new, field)[index] = new_arg
+    return f"{text_of(call)} -> {text_of(new)}"
 
 
 @operator("drop-guard", "forgot a condition: the first or last stage's special case, the every-k-th test "
