@@ -6,6 +6,9 @@ honoured, and a survivor is reported with its diff."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,6 +193,16 @@ def test_the_cli_exits_1_on_a_survivor_and_2_on_bad_usage(capsys, instructors_p3
     assert cli.main(["mutate", "no/such/folder"]) == 2
     assert cli.main(["mutate", "--list-operators"]) == 0
     assert "drop-wait" in capsys.readouterr().out
+
+
+def test_a_sigterm_stops_the_run_names_it_and_exits_2():
+    """What `timeout 30 python -m grader mutate ...` does: the children are killed on the way out."""
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "mutate", "solutions", "-p", "p6"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr.read(1) == b"."  # the first mutant is judged: the run is under way
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and b"error: stopped by signal 15 before the run finished" in err
 
 
 def test_the_built_in_equivalents_file_loads(tmp_path):

@@ -9,7 +9,7 @@ from ..core import report
 from ..core.grading import fresh_seed
 from ..core.result import ERROR, FAIL
 from . import build as build_mod
-from .targets import REPO, grade_target, resolve_target
+from .targets import REPO, grade_target
 
 
 def cmd_check(args) -> int:
@@ -82,35 +82,9 @@ def cmd_observe(args) -> int:
 
 
 def cmd_mutate(args) -> int:
-    from pathlib import Path
+    from .mutate import command
 
-    from .mutate import equivalents, report
-    from .mutate.operators import OPERATORS
-    from .mutate.session import mutate_target
-
-    if args.list_operators:
-        for op in OPERATORS.values():
-            print(f"{op.name:<20}{op.mistake}")
-        return 0
-    unknown = [o for o in args.operator or () if o not in OPERATORS]
-    try:
-        if unknown:
-            raise KeyError(f"unknown operator(s) {unknown}; see --list-operators")
-        folder = resolve_target(args.target)
-        entries = list(equivalents.EQUIVALENTS) + (equivalents.load(Path(args.equivalents)) if args.equivalents else [])
-        progress = None if args.json else lambda o: print(".", end="", file=sys.stderr, flush=True)
-        runs = mutate_target(folder, args.puzzle, args.seed, entries, args.jobs, args.operator, args.memory_mb,
-                             progress)
-    except (FileNotFoundError, KeyError, ValueError) as exc:
-        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    if progress:
-        print(file=sys.stderr)
-    if args.json:
-        print(report.to_json(runs, str(args.target), args.seed))
-    else:
-        print(report.console(runs, str(args.target), args.seed, verbose=not args.quiet))
-    return report.exit_status(runs)
+    return command.run(args)
 
 
 def parser() -> argparse.ArgumentParser:

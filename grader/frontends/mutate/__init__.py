@@ -13,6 +13,7 @@ SOLUTION` regions; the grader should reject every mutant that is not equivalent 
     equivalents.py        the reviewed list of equivalent mutants, each with its reason
     session.py            one run: the reference first (it must pass; it sets the time limit), then its mutants
     report.py             the tables, survivors with diffs, --json, the exit status
+    command.py            the command line: arguments in, report and exit status out
 """
 
 from . import ops_arithmetic, ops_communication, ops_tensors  # noqa: F401  (importing them registers the operators)

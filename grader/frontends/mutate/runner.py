@@ -140,6 +140,7 @@ def _start(spec, mutant: Mutant, index: int, data: tuple, seed: int, limits: Lim
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.setpgid(0, 0)  # its own process group, so that whatever it starts is killed with it
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler
         os.close(read_fd)
         _child_main(spec, mutant, data, seed, limits, workdir, write_fd)
     os.close(write_fd)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,13 +76,17 @@ def mutate_puzzle(spec, folder: Path, seed: int, equivalents: list[Equivalent], 
     run.reference_peak, run.reference_makespan = list(reference.peak_bytes), reference.makespan_ticks
     run.limits = Limits.from_reference(run.reference_seconds, memory_mb)
     mutants = make_mutants(source, spec.id, operators)
-    run.outcomes = grade_mutants(spec, mutants, seed, run.limits, jobs, progress)
-    for outcome in run.outcomes:
+
+    def judged(outcome: Outcome) -> None:  # as each mutant finishes, so that progress shows survivors at once
         reason = reason_for(outcome.mutant, equivalents)
         if reason and outcome.status == SURVIVED:
             outcome.status, outcome.detail = EQUIVALENT, reason
         elif reason and outcome.status == KILLED:
             outcome.listed_equivalent = reason
+        if progress:
+            progress(outcome)
+
+    run.outcomes = grade_mutants(spec, mutants, seed, run.limits, jobs, judged)
     if not operators:  # with every operator run, an entry that matched nothing is out of date
         run.stale = [e for e in equivalents if e.puzzle == spec.id and not any(e.matches(m) for m in mutants)]
     run.seconds, run.cpu_seconds = time.monotonic() - started, _cpu_seconds() - cpu
@@ -94,11 +100,22 @@ def _cpu_seconds() -> float:
 
 def mutate_target(folder: Path, puzzle_ids, seed: int, equivalents: list[Equivalent], jobs: int | None = None,
                   operators=None, memory_mb: int = 4096, progress=None) -> list[PuzzleRun]:
-    """Mutation-test every puzzle of `puzzle_ids` (all when empty) whose reference lies in `folder`."""
+    """Mutation-test every puzzle of `puzzle_ids` (all when empty) whose reference lies in `folder`.
+    `progress(outcome)` is called as each mutant is judged. A SIGTERM (`timeout 30 ...`) stops the run like
+    Ctrl-C does: the children are killed on the way out, none is left behind."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # before the first fork, and for the reference: see runner.py
+    on_term = None
+    if threading.current_thread() is threading.main_thread():
+        on_term = signal.signal(signal.SIGTERM, _stop)
     try:
         return [mutate_puzzle(spec, folder, seed, equivalents, jobs or default_jobs(), operators, memory_mb,
                               progress) for spec in select(puzzle_ids)]
     finally:
         torch.set_num_threads(threads)
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
