@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from grader.frontends import cli
-from grader.frontends.mutate import report, runner
+from grader.frontends.mutate import child, report, runner
 from grader.frontends.mutate.equivalents import Equivalent, load
-from grader.frontends.mutate.runner import (EQUIVALENT, GRADER_ERROR, KILLED, SURVIVED, TOOL_ERROR, Limits,
-                                            grade_mutants)
+from grader.frontends.mutate.outcome import EQUIVALENT, GRADER_ERROR, KILLED, SURVIVED, TOOL_ERROR, Limits
+from grader.frontends.mutate.runner import grade_mutants
 from grader.frontends.mutate.session import mutate_target
 from grader.frontends.mutate.source import Source
 from grader.frontends.targets import REPO
@@ -119,7 +119,7 @@ def test_the_tool_failing_is_a_tool_error_not_a_kill(monkeypatch):
     def broken(megabytes):
         raise OSError("no limits today")
 
-    monkeypatch.setattr(runner, "_limit_memory", broken)
+    monkeypatch.setattr(child, "_limit_memory", broken)
     [outcome] = grade(hand_made("                w.grad /= world\n", ""))
     assert outcome.status == TOOL_ERROR and "OSError: no limits today" in outcome.detail
 

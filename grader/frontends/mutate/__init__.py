@@ -9,7 +9,9 @@ SOLUTION` regions; the grader should reject every mutant that is not equivalent 
     ops_arithmetic.py     drop-division, double-division, off-by-one, drop-guard
     ops_tensors.py        drop-detach, drop-requires-grad, drop-grad-mode, in-place, drop-clone, drop-free,
                           rank-to-zero, wrong-dim, swap-args, reverse-order
+    outcome.py            what grading one mutant came to (Outcome, the statuses) and its limits
     runner.py             grading mutants in forked children, with limits; whose fault each ending is
+    child.py              the forked child: grade one mutant, report each step through a pipe
     equivalents.py        the reviewed list of equivalent mutants, each with its reason
     session.py            one run: the reference first (it must pass; it sets the time limit), then its mutants
     report.py             the tables, survivors with diffs, --json, the exit status

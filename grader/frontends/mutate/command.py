@@ -9,7 +9,7 @@ from pathlib import Path
 from ..targets import resolve_target
 from . import equivalents, report
 from .operators import OPERATORS
-from .runner import SURVIVED
+from .outcome import SURVIVED
 from .session import mutate_target
 
 
@@ -29,7 +29,7 @@ def run(args) -> int:
     except (FileNotFoundError, KeyError, ValueError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (see session.mutate_target); the children are gone
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (see runner._Stop); the children are gone
         print(f"\nerror: {exc or 'interrupted'} before the run finished (any survivor so far is named above)",
               file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from ...core.result import fmt
-from .runner import EQUIVALENT, GRADER_ERROR, KILLED, SURVIVED, TOOL_ERROR, Outcome
+from .outcome import EQUIVALENT, GRADER_ERROR, KILLED, SURVIVED, TOOL_ERROR, Outcome
 from .session import PuzzleRun
 
 STATUS_LABEL = {KILLED: "killed", SURVIVED: "SURVIVED", EQUIVALENT: "equivalent", GRADER_ERROR: "GRADER ERROR",

@@ -18,65 +18,23 @@ minute), an address-space limit, and a wall-clock limit after which the parent k
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
-import resource
 import select
 import signal
 import sys
 import tempfile
+import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from ...backends.simulator import observe_file
-from ...core.grading import grade_observation, one_thread
-from ...core.result import ERROR, FAIL, PASS, PuzzleResult
+from ...core.grading import one_thread
+from ...core.result import ERROR, FAIL, PASS
+from .child import last_lines
+from .child import main as child_main
+from .outcome import GRADER_ERROR, KILLED, SURVIVED, TOOL_ERROR, Limits, Outcome
 from .source import Mutant
-
-KILLED, SURVIVED, EQUIVALENT, GRADER_ERROR, TOOL_ERROR = "killed", "survived", "equivalent", "grader-error", "tool-error"
-TIME_FACTOR, MIN_SIM_TIMEOUT = 10, 2.0  # the simulator's limit: 10x the reference's run time, at least 2 s
-
-
-@dataclass
-class Outcome:
-    mutant: Mutant
-    status: str  # KILLED, SURVIVED, EQUIVALENT, GRADER_ERROR or TOOL_ERROR
-    killed_by: str = ""  # the checks that failed ("updated weights, all-reduce volume"), or "error: ..."
-    detail: str = ""  # the grader's or the tool's error; for an equivalent, why it is one
-    seconds: float = 0.0
-    listed_equivalent: str = ""  # on the equivalents list, yet killed: the list's reason
-    peak_bytes: list[int] = field(default_factory=list)  # per rank, when the mutant ran to the end
-    makespan: int | None = None
-
-    def to_dict(self) -> dict:
-        d = {**self.mutant.key, "lineno": self.mutant.lineno, "description": self.mutant.description,
-             "status": self.status, "killed_by": self.killed_by, "seconds": round(self.seconds, 3)}
-        if self.detail:
-            d["detail"] = self.detail
-        if self.listed_equivalent:
-            d["listed_equivalent"] = self.listed_equivalent
-        if self.status != KILLED:
-            d["diff"] = self.mutant.diff
-            d["peak_bytes"], d["makespan_ticks"] = self.peak_bytes, self.makespan
-        return d
-
-
-@dataclass(frozen=True)
-class Limits:
-    sim_timeout: float  # seconds a rank may compute without communicating (the simulator's limit)
-    wall: float  # seconds before the parent kills the child
-    memory_mb: int  # address space a child may add to the parent's
-
-    @classmethod
-    def from_reference(cls, seconds: float, memory_mb: int = 4096) -> Limits:
-        sim = max(MIN_SIM_TIMEOUT, TIME_FACTOR * seconds)
-        return cls(round(sim, 2), round(3 * sim + 5, 2), memory_mb)
-
 
 @dataclass
 class _Child:
@@ -99,15 +57,17 @@ def grade_mutants(spec, mutants: list[Mutant], seed: int, limits: Limits, jobs: 
         reference = spec.reference(inputs)
     outcomes: list[Outcome | None] = [None] * len(mutants)
     waiting, running = list(range(len(mutants))), {}
-    with tempfile.TemporaryDirectory(prefix="grader-mutate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="grader-mutate-") as tmp, _Stop() as stop:
         try:
             while waiting or running:
+                stop.check()
                 while waiting and len(running) < max(1, jobs):
                     i = waiting.pop(0)
                     child = _start(spec, mutants[i], i, (inputs, reference), seed, limits, Path(tmp) / f"m{i}")
                     running[child.fd] = child
                 soonest = min(c.deadline for c in running.values())
-                ready, _, _ = select.select(list(running), [], [], max(0.0, soonest - time.monotonic()))
+                ready, _, _ = select.select([*running, stop.fd], [], [], max(0.0, soonest - time.monotonic()))
+                stop.check()
                 for fd in ready:
                     chunk = os.read(fd, 1 << 16)
                     if chunk:
@@ -132,63 +92,59 @@ def grade_mutants(spec, mutants: list[Mutant], seed: int, limits: Limits, jobs: 
     return outcomes
 
 
+class _Stop:
+    """SIGTERM (`timeout 30 ...`) and SIGINT (Ctrl-C) while children run: noted by the handler, acted on by the loop
+    (KeyboardInterrupt, and the children are killed on the way out). The handler itself does not raise: a signal
+    that lands inside os.fork's at-fork hooks (logging has some) would have its exception swallowed there."""
+
+    def __init__(self):
+        self.signum = None
+        self.fd, self._wake = os.pipe()  # the handler writes a byte, so that select() returns at once
+        os.set_blocking(self._wake, False)
+        self._saved = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGINT):
+                self._saved[s] = signal.signal(s, self._note)
+        return self
+
+    def _note(self, signum, frame):
+        self.signum = signum
+        try:
+            os.write(self._wake, b"!")
+        except OSError:  # the pipe is full: select() returns anyway
+            pass
+
+    def check(self):
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"stopped by signal {self.signum}")
+
+    def __exit__(self, *exc):
+        for s, handler in self._saved.items():
+            signal.signal(s, handler)
+        os.close(self.fd)
+        os.close(self._wake)
+
+
 def _start(spec, mutant: Mutant, index: int, data: tuple, seed: int, limits: Limits, workdir: Path) -> _Child:
     workdir.mkdir()
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.setpgid(0, 0)  # its own process group, so that whatever it starts is killed with it
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler
-        os.close(read_fd)
-        _child_main(spec, mutant, data, seed, limits, workdir, write_fd)
+    if pid == 0:  # the child: never returns, never runs the parent's loop
+        try:
+            os.setpgid(0, 0)  # its own process group, so that whatever it starts is killed with it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handlers (see _Stop)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.close(read_fd)
+            child_main(spec, mutant, data, seed, limits, workdir, write_fd)
+        finally:
+            os._exit(1)
     os.close(write_fd)
     now = time.monotonic()
     return _Child(index, pid, read_fd, now, now + limits.wall, workdir)
-
-
-def _child_main(spec, mutant: Mutant, data: tuple, seed: int, limits: Limits, workdir: Path, fd: int):
-    def send(kind: str, **payload):
-        data = (json.dumps({"kind": kind, **payload}) + "\n").encode()
-        while data:
-            data = data[os.write(fd, data):]
-
-    try:
-        try:
-            out = os.open(workdir / "output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(out, 1)  # what the mutant prints stays out of the report
-            os.dup2(out, 2)
-            faulthandler.enable(file=2)  # a crash's traceback goes there too, not to the parent's stderr
-            _limit_memory(limits.memory_mb)
-            torch.set_num_threads(1)
-            (torch.ones(64, 64) @ torch.ones(64, 64)).sum()  # a canary: a fork that broke torch hangs here, a tool error
-            sys.dont_write_bytecode = True
-            path = workdir / spec.filename
-            path.write_text(mutant.source)
-            inputs, reference = data
-            spec.timeout = limits.sim_timeout  # this child's copy of the spec only
-            spec.reference = lambda _inputs: reference  # computed by the parent on these very inputs
-        except BaseException:
-            send(TOOL_ERROR, detail=_last_lines(traceback.format_exc()))
-            os._exit(0)
-        send("observing")
-        try:
-            observed = observe_file(spec, path, inputs, seed)
-        except BaseException as exc:  # observe_file reports the learner's Exceptions itself; this is the rest
-            send("result", status=ERROR, error=f"{type(exc).__name__}: {exc}", checks=[])
-            os._exit(0)
-        send("grading")
-        try:
-            result = observed if isinstance(observed, PuzzleResult) else grade_observation(spec, observed, inputs)
-        except BaseException:
-            send(GRADER_ERROR, detail=_last_lines(traceback.format_exc()))
-            os._exit(0)
-        send("result", status=result.status, error=result.error, checks=[c.name for c in result.failed_checks()],
-             peak=list(result.peak_bytes), makespan=result.makespan_ticks)
-    except BaseException:  # the pipe itself failed: nothing more can be said
-        pass
-    os._exit(0)
 
 
 def _kill(pid: int) -> None:
@@ -199,17 +155,6 @@ def _kill(pid: int) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _limit_memory(megabytes: int) -> None:
-    """The child may grow its address space by `megabytes` beyond what it inherited (torch maps a lot)."""
-    try:
-        with open("/proc/self/status") as f:
-            current = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    except (OSError, StopIteration):
-        return
-    limit = current + megabytes * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _finish(child: _Child, mutant: Mutant, limits: Limits, killed: bool) -> Outcome:
@@ -237,7 +182,7 @@ def _finish(child: _Child, mutant: Mutant, limits: Limits, killed: bool) -> Outc
         how = f"the process died of {signal.Signals(os.WTERMSIG(status)).name}"
     else:
         how = f"the process exited with status {os.WEXITSTATUS(status)}"
-    output = _last_lines(_read(child.workdir / "output.txt"))
+    output = last_lines(_read(child.workdir / "output.txt"))
     if kinds and kinds[-1] == "observing":
         return Outcome(mutant, KILLED, killed_by=f"error: {how} while the mutant ran", detail=output, seconds=seconds)
     if kinds and kinds[-1] == "grading":
@@ -272,10 +217,6 @@ def _verdict(mutant: Mutant, result: dict, seconds: float) -> Outcome:
 
 def _short(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _last_lines(text: str, n: int = 8) -> str:
-    return "\n".join(text.strip().splitlines()[-n:])
 
 
 def _read(path: Path) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +16,8 @@ from ...core.result import PASS
 from ...specs import select
 from .equivalents import Equivalent, reason_for
 from .operators import mutants as make_mutants
-from .runner import EQUIVALENT, KILLED, SURVIVED, Limits, Outcome, grade_mutants
+from .outcome import EQUIVALENT, KILLED, SURVIVED, Limits, Outcome
+from .runner import grade_mutants
 from .source import Source
 
 
@@ -101,21 +100,12 @@ def _cpu_seconds() -> float:
 def mutate_target(folder: Path, puzzle_ids, seed: int, equivalents: list[Equivalent], jobs: int | None = None,
                   operators=None, memory_mb: int = 4096, progress=None) -> list[PuzzleRun]:
     """Mutation-test every puzzle of `puzzle_ids` (all when empty) whose reference lies in `folder`.
-    `progress(outcome)` is called as each mutant is judged. A SIGTERM (`timeout 30 ...`) stops the run like
-    Ctrl-C does: the children are killed on the way out, none is left behind."""
+    `progress(outcome)` is called as each mutant is judged. SIGTERM and SIGINT while mutants run raise
+    KeyboardInterrupt after their children are killed (runner._Stop)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # before the first fork, and for the reference: see runner.py
-    on_term = None
-    if threading.current_thread() is threading.main_thread():
-        on_term = signal.signal(signal.SIGTERM, _stop)
     try:
         return [mutate_puzzle(spec, folder, seed, equivalents, jobs or default_jobs(), operators, memory_mb,
                               progress) for spec in select(puzzle_ids)]
     finally:
         torch.set_num_threads(threads)
-        if on_term is not None:
-            signal.signal(signal.SIGTERM, on_term)
-
-
-def _stop(signum, frame):
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
