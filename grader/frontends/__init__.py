@@ -9,6 +9,7 @@
     batch.py          `batch`: grade a class, each submission in its own process
     launch.py         torchrun's entry point (public as grader.launch)
     plots/            memory timelines and schedules (matplotlib, no pyplot)
+    mutate/           `mutate`: mutation testing of the grader (mutants of solutions/, graded in children)
 
 Instructor tools to come live here too, each in its own module: mutation testing, the grading sandbox, a
 student release, Gradescope.

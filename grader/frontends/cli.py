@@ -81,6 +81,12 @@ def cmd_observe(args) -> int:
     return 0
 
 
+def cmd_mutate(args) -> int:
+    from .mutate import command
+
+    return command.run(args)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grader", description="Grade the distributed-training puzzles.")
     sub = p.add_subparsers(dest="command")
@@ -116,6 +122,22 @@ def parser() -> argparse.ArgumentParser:
     bt.add_argument("--puzzle", "-p", action="append", help="grade only this puzzle; repeatable")
     bt.add_argument("--jobs", "-j", type=int, default=2, help="submissions graded at once (default 2)")
     bt.set_defaults(func=cmd_batch)
+    mu = sub.add_parser("mutate", help="mutation testing of the grader: grade mutants of the reference solutions "
+                                       "(learners' mistakes put into them); exit 1 if one that is not equivalent "
+                                       "survives")
+    mu.add_argument("target", nargs="?", default="solutions",
+                    help="a folder of reference solutions laid out like solutions/ (default: solutions)")
+    mu.add_argument("--puzzle", "-p", action="append", help="only this puzzle (p1..p8); repeatable")
+    mu.add_argument("--seed", type=int, default=1, help="the grading seed (default 1, so runs compare)")
+    mu.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    mu.add_argument("--quiet", "-q", action="store_true", help="leave out the table of every mutant")
+    mu.add_argument("--jobs", "-j", type=int, help="mutants graded at once (default: the cores, at most 8)")
+    mu.add_argument("--operator", "-o", action="append", help="only this operator; repeatable")
+    mu.add_argument("--list-operators", action="store_true", help="list the operators and the mistakes they make")
+    mu.add_argument("--equivalents", metavar="FILE",
+                    help="a JSON list of reviewed equivalent mutants, added to the built-in list")
+    mu.add_argument("--memory-mb", type=int, default=4096, help="memory a mutant may add, in MiB (default 4096)")
+    mu.set_defaults(func=cmd_mutate)
     ob = sub.add_parser("_observe", help=argparse.SUPPRESS)  # the child process of `batch`
     ob.add_argument("submission")
     ob.add_argument("--seed", type=int, required=True)

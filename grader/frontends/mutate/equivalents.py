@@ -1,0 +1,153 @@
+"""The reviewed list of equivalent mutants: mutants that survive because they are not wrong answers.
+
+Each entry is keyed by what stays put when the file is edited: the puzzle, the operator, the reference's line
+(stripped) and what the mutant made of it (stripped; "" when the line is gone), plus `occurrence` when the same
+line text appears more than once in the file. Never by line number. Each entry says why the mutant computes the
+same thing, with the same memory and time, or why no rule of the puzzle forbids the difference. A mutant on this
+list that the grader kills is reported (the grader rejects a correct answer, or the entry is wrong).
+
+Instructors add entries for their own puzzles in a JSON file (a list of objects with these fields), passed with
+`python -m grader mutate --equivalents FILE`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .source import Mutant
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    puzzle: str
+    operator: str
+    line: str
+    mutant: str
+    reason: str
+    occurrence: int | None = None  # None: every line with this text
+
+    def matches(self, m: Mutant) -> bool:
+        return (self.puzzle, self.operator, self.line, self.mutant) == (m.puzzle, m.operator, m.line, m.mutant) and (
+            self.occurrence is None or self.occurrence == m.occurrence)
+
+
+def reason_for(mutant: Mutant, entries) -> str:
+    return next((e.reason for e in entries if e.matches(mutant)), "")
+
+
+def load(path: Path) -> list[Equivalent]:
+    """Entries from a JSON file: [{"puzzle", "operator", "line", "mutant", "reason", "occurrence"?}, ...]."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of equivalent mutants")
+    fields = {"puzzle", "operator", "line", "mutant", "reason", "occurrence"}
+    out = []
+    for i, item in enumerate(data):
+        missing = {"puzzle", "operator", "line", "mutant", "reason"} - set(item)
+        if missing or set(item) - fields:
+            raise ValueError(f"{path}: entry {i} needs the fields puzzle, operator, line, mutant and reason "
+                             f"(and may give occurrence); it has {sorted(item)}")
+        out.append(Equivalent(**item))
+    return out
+
+
+# The reviewed list. For each entry the run measured the same peak memory on every rank and the same makespan as
+# the reference (bench/MUTATION.md), and the grader's real torch.distributed backend passes the mutant too.
+_SYMMETRIC_LOSS = ("loss_fn is the squared error ((y - target)**2).sum(dim=1).mean(), symmetric in its two "
+                   "arguments: the same loss, and the same gradient flows back through y")
+_GRAD_MODE_ON = ("the grader calls the backward function with grad mode on (outside any no_grad, as a training loop "
+                 "would), so torch.enable_grad() around the recomputation changes nothing")
+_LEAF_ALREADY = ("x does not require grad, so its chunk is already a leaf; requires_grad_() on it makes the same "
+                 "leaf detach() would (a view either way, no copy)")
+_SEND_COPIES = "a send copies the values; whether the tensor sent carries a graph changes nothing on either rank"
+
+EQUIVALENTS: tuple[Equivalent, ...] = (
+    Equivalent("p1", "drop-grad-mode",
+               'with torch.enable_grad(), torch.profiler.record_function("recompute"):  # the label shows on the chart',
+               'with torch.profiler.record_function("recompute"):  # the label shows on the chart', _GRAD_MODE_ON),
+    Equivalent("p1", "drop-free", "del start, out", "",
+               "start and out are rebound in the next iteration; until then `out` is one C-byte output whose graph "
+               "backward already freed, alive during the next recomputation, which is not where the peak is"),
+    Equivalent("p2", "drop-grad-mode", "with torch.enable_grad():", "", _GRAD_MODE_ON),
+    Equivalent("p2", "drop-free",
+               "del full, start, out  # the gathered checkpoint and the segment's graph go before the next gather", "",
+               "the previous gathered checkpoint then lives until the next one is gathered: two at once, which the "
+               "puzzle allows ('gathered checkpoints: 2·C, the checkpoint being gathered and at most the previous "
+               "one'); the peak is elsewhere"),
+    Equivalent("p3", "swap-statements", "dist.all_reduce(w.grad)", "w.grad /= world",
+               "dividing by 4 before summing gives the same bits as dividing the sum (a power of two scales "
+               "exactly); the same ops, memory and time"),
+    Equivalent("p3", "in-place", "w.grad /= world", "w.grad = w.grad / world",
+               "w.grad becomes a new tensor with the same values and the old one is freed at once; a transient of "
+               "one gradient, not at the peak"),
+    Equivalent("p3", "swap-args", "loss = loss_fn(forward(x_shard, layers), target_shard)",
+               "loss = loss_fn(target_shard, forward(x_shard, layers))", _SYMMETRIC_LOSS),
+    Equivalent("p4", "drop-clone", "grad = grad.clone()", "grad = grad",
+               "the gradient arriving in f's backward is fresh (the matmul's backward made it) and nothing else reads "
+               "it, so all-reducing it in place computes the same, with one buffer less"),
+    Equivalent("p4", "drop-clone", "total = partial.clone()", "total = partial",
+               "`partial` (a @ w2) is fresh and autograd does not save it (a matmul saves its inputs), so "
+               "all-reducing it in place computes the same, with one buffer less: Megatron's own g does this"),
+    Equivalent("p5", "drop-detach", "a = x.chunk(n_micro)[i].detach()", "a = x.chunk(n_micro)[i]", _LEAF_ALREADY),
+    Equivalent("p5", "drop-detach", "dist.send(y.detach(), dst=rank + 1)", "dist.send(y, dst=rank + 1)",
+               _SEND_COPIES),
+    Equivalent("p5", "drop-free", "inputs[i] = outputs[i] = None  # microbatch i's activations can go", "",
+               "GPipe's peak is at the end of the forwards, before this line first runs; keeping the finished "
+               "microbatches (their graphs already freed by backward) only frees them later"),
+    Equivalent("p5", "swap-args", "y = loss_fn(y, target.chunk(n_micro)[i]) / n_micro",
+               "y = loss_fn(target.chunk(n_micro)[i], y) / n_micro", _SYMMETRIC_LOSS),
+    Equivalent("p5", "reverse-order",
+               "for i in reversed(range(n_micro)):  # all backwards, the newest microbatch first (every rank in the "
+               "same order)",
+               "for i in range(n_micro):  # all backwards, the newest microbatch first (every rank in the same order)",
+               "the backwards in forward order on every rank: the puzzle asks for an order both neighbours agree "
+               "on; the same schedule length and peak, the gradients summed in another order (equal to rounding)"),
+    Equivalent("p6", "off-by-one", "warmup = min(world - 1 - rank, n_micro)",
+               "warmup = min(world - 1 - rank, n_micro + 1)",
+               "for the puzzle's sizes (p = 4, m = 8) min() picks world - 1 - rank <= 3 either way; the text fixes "
+               "m = 8, and the two differ only when m < p"),
+    Equivalent("p6", "off-by-one", "warmup = min(world - 1 - rank, n_micro)",
+               "warmup = min(world - 1 - rank, n_micro - 1)",
+               "for the puzzle's sizes (p = 4, m = 8) min() picks world - 1 - rank <= 3 either way; the text fixes "
+               "m = 8, and the two differ only when m <= p - 1"),
+    Equivalent("p6", "off-by-one", "a, _ = exchange(send_next=y, recv_prev=i + 1 < n_micro)",
+               "a, _ = exchange(send_next=y, recv_prev=i + 1 <= n_micro)",
+               "in the warm-up i < p - 1 = 3, so i + 1 < m and i + 1 <= m are both true for the puzzle's m = 8"),
+    *(Equivalent("p6", "swap-statements", line, after,
+                 "batch_isend_irecv posts every op of its list together; their order in the list changes nothing")
+      for line, after in (("if send_next is not None and not last:", "if send_prev is not None and not first:"),
+                          ("if send_prev is not None and not first:", "if recv_prev and not first:"),
+                          ("if recv_prev and not first:", "if recv_next and not last:"))),
+    Equivalent("p6", "drop-detach", "a = (x.chunk(n_micro)[i].detach() if first else a).requires_grad_()",
+               "a = (x.chunk(n_micro)[i] if first else a).requires_grad_()", _LEAF_ALREADY),
+    Equivalent("p6", "drop-detach", "return y.detach()", "return y",
+               "forward_step's return value is only ever sent (the last stage sends nothing); " + _SEND_COPIES),
+    Equivalent("p6", "swap-args", "y = loss_fn(y, target.chunk(n_micro)[i]) / n_micro",
+               "y = loss_fn(target.chunk(n_micro)[i], y) / n_micro", _SYMMETRIC_LOSS),
+    Equivalent("p6", "reverse-order", "for _ in range(warmup):  # cool-down: the backwards left over",
+               "for _ in reversed(range(warmup)):  # cool-down: the backwards left over",
+               "the loop variable is unused: the loop body runs warmup times either way"),
+    Equivalent("p7", "swap-statements", "for work in pending:", "for h in hooks:",
+               "every hook has fired by the time backward returns; removing them before or after the waits "
+               "changes nothing"),
+    Equivalent("p7", "swap-args", "loss_fn(forward(x_shard, layers), target_shard).backward()",
+               "loss_fn(target_shard, forward(x_shard, layers)).backward()", _SYMMETRIC_LOSS),
+    Equivalent("p8", "swap-statements", "dist.all_gather_into_tensor(flat, self.master)", "offset = 0",
+               "offset is first read after the gather: the two statements are independent"),
+    Equivalent("p8", "drop-grad-mode", "with torch.no_grad():", "",
+               "without no_grad the master shard records a graph (cat, slice, clone) that saves no tensor; its "
+               "values are the same and every later update runs under no_grad", occurrence=1),
+    Equivalent("p8", "in-place", "g /= dist.get_world_size()", "g = g / dist.get_world_size()",
+               "g becomes a new shard-sized tensor with the same values, the old one freed at once; a transient, "
+               "not at the peak"),
+    *(Equivalent("p8", "in-place", "denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)", after,
+                 "denom is a temporary either way; the out-of-place op makes one more shard-sized temporary, freed "
+                 "by the next op, not at the peak")
+      for after in ("denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add(self.eps)",
+                    "denom = (self.v / (1 - beta2 ** self.t)).sqrt().add_(self.eps)")),
+    Equivalent("p8", "drop-free", "del flat", "",
+               "the flat copy of the weights then lives until __init__ returns, while the moments are allocated; "
+               "the peak is in step(), not here"),
+)
