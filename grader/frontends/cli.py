@@ -1,4 +1,5 @@
-"""The command line: `python -m grader [check TARGET] [--puzzle p3 ...] [--seed N] [--json]`, `python -m grader build`."""
+"""The command line: `python -m grader [check TARGET] [-p p3 ...] [--seed N] [--timeout S] [--json]`,
+`python -m grader build [--check] [--force]`, `python -m grader batch ...`."""
 
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--dist-backend", choices=("gloo", "nccl"), default="gloo",
                        help="with --backend torch: gloo (CPU, default) or nccl (one GPU per rank)")
     check.set_defaults(func=cmd_check, stray=[])
-    b = sub.add_parser("build", help="regenerate the stubs in puzzles/ from solutions/")
+    b = sub.add_parser("build", help="regenerate the stubs in puzzles/ and the notebooks from solutions/ (stubs and "
+                                     "cells a learner edited are left alone)")
     b.add_argument("--check", action="store_true", help="exit 1 and name the stale files instead of writing")
     b.add_argument("--force", action="store_true", help="overwrite the stubs and notebook cells a learner edited too "
                                                         "(for instructors; without it they are left alone)")
