@@ -3,7 +3,6 @@
 
 import json
 
-import mistune
 import nbformat
 import pytest
 from notebook_helpers import check_outputs, errors_of, execute, outputs_of
@@ -59,6 +58,7 @@ def test_each_puzzle_has_its_story_a_tagged_stub_and_a_check_cell():
 
 def test_stories_are_markdown_with_diagrams_fenced():
     """Emphasis, code spans and lists render; ASCII pictures sit in fenced blocks, column for column."""
+    mistune = pytest.importorskip("mistune")  # the markdown renderer of Jupyter's nbconvert
     nb = build_notebook(ROOT)
     p6 = cell(nb, "p6-story").source
     assert "```text\n" in p6 and "```text\ntime -->" in p6  # the schedule, dedented, in a fence

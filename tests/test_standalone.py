@@ -17,8 +17,6 @@ from grader.frontends.notebook_file import STANDALONE_NOTEBOOK, build_notebook
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
-pytest.importorskip("nbclient")
-
 
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):

@@ -84,19 +84,18 @@ def render(blocks: list[Block]) -> str:
     out: list[str] = []
     for i, block in enumerate(blocks):
         pad = " " * block.indent
-        tight = block.kind == "li" and i > 0 and blocks[i - 1].kind == "li"
-        if out and not tight and not (block.indent and blocks[i - 1].indent == 0 and blocks[i - 1].kind == "li"):
-            out.append("")
+        follows_item = i > 0 and blocks[i - 1].kind == "li"
+        if out and not (follows_item and (block.kind == "li" or block.indent > 0)):
+            out.append("")  # a blank line between blocks, except inside a list (items, and what hangs from one)
         if block.kind == "li":
-            out.append(pad + f"{block.marker} " + "\n".join(block.lines).replace("\n", "\n" + pad + " " *
-                                                                               (len(block.marker) + 1)))
+            hang = "\n" + pad + " " * (len(block.marker) + 1)
+            out.append(f"{pad}{block.marker} " + hang.join(block.lines))
         elif block.kind == "p":
             out.append("\n".join(pad + line for line in block.lines))
         else:
             cut = min(_indent(line) for line in block.lines if line.strip())
-            out.append(pad + "```text")
-            out += [(pad + line[cut:]) if line.strip() else "" for line in block.lines]
-            out.append(pad + "```")
+            out += [pad + "```text", *[(pad + line[cut:]) if line.strip() else "" for line in block.lines],
+                    pad + "```"]
     return "\n".join(out)
 
 
