@@ -24,6 +24,17 @@ from grader.specs import SPECS
 ALL = len(SPECS)
 
 
+def can_build_here() -> bool:
+    """Whether this interpreter can build the wheel itself, with no download: setuptools 70.1 or newer builds
+    wheels on its own; an older one needs the `wheel` package."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    version = tuple(int(part) for part in setuptools.__version__.split(".")[:2] if part.isdigit())
+    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
 def build_wheel(tmp_path):
     """The wheel, built from a copy of what a clone holds (so that nothing built before, say a stale build/,
     leaks in)."""
@@ -33,7 +44,7 @@ def build_wheel(tmp_path):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []  # offline if it can be
+    isolation = ["--no-build-isolation"] if can_build_here() else []  # offline when it can be
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(tmp_path / "dist"),
                     str(src)], check=True, capture_output=True, text=True)
     [wheel] = (tmp_path / "dist").glob("training_puzzles-*.whl")
