@@ -1,10 +1,13 @@
-"""The command line: exit status, --json shape, --seed reproducibility."""
+"""The command line: exit status, --json shape, --seed reproducibility, and its edges: empty or mistyped folders,
+syntax errors, exits and endless loops in a learner's code, the forms of -p, --help."""
 
 import json
 import subprocess
 import sys
 
-from grader.frontends import cli
+import pytest
+
+from grader.frontends import cli, stubs, targets
 from grader.frontends.targets import REPO
 
 ROOT = REPO
@@ -63,3 +66,148 @@ def test_plots_option_writes_the_pngs(capsys, monkeypatch, tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["p7_memory.png", "p7_schedule.png"], names
     assert all((tmp_path / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+
+
+@pytest.fixture
+def stubs_folder(tmp_path):
+    """The stubs as a learner gets them, in a folder of their own."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for solution in sorted((ROOT / "solutions").glob("p*_*.py")):
+        (folder / solution.name).write_text(stubs.stub(solution.read_text(), solution.name))
+    return folder
+
+
+def answer(folder, name, old, new):
+    """Put the reference answer of `name` in `folder`, with `old` replaced by `new`."""
+    text = (ROOT / "solutions" / name).read_text()
+    assert old in text
+    (folder / name).write_text(text.replace(old, new, 1))
+
+
+P3_LOSS = "    loss = loss_fn(forward(x_shard, layers), target_shard)\n"
+
+
+def graded_ids(capsys) -> list[str]:
+    return [p["id"] for p in json.loads(capsys.readouterr().out)["puzzles"]]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["-p", "3"], ["p3"]), (["-p", "P3"], ["p3"]), (["-p", "p3", "p4"], ["p3", "p4"]),
+    (["-p", "p3,p4"], ["p3", "p4"]), (["-p", "p3", "-p", "p3"], ["p3"]), (["-p", "p4", "-p", "3,P4"], ["p4", "p3"]),
+])
+def test_the_puzzle_option_takes_every_natural_form(args, expected, stubs_folder, capsys):
+    assert cli.main(["check", str(stubs_folder), *args, "--json"]) == 0
+    assert graded_ids(capsys) == expected
+
+
+def test_a_folder_after_the_puzzle_ids_is_the_target(stubs_folder, capsys):
+    assert cli.main(["check", "-p", "p3", "p4", str(stubs_folder), "--json"]) == 0
+    assert graded_ids(capsys) == ["p3", "p4"]
+    assert cli.main(["check", str(stubs_folder), "-p", "p3", "nonsense"]) == 2
+    assert "not a puzzle id: nonsense" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make", ["empty", "mistyped"])
+def test_an_empty_or_mistyped_folder_is_an_error(make, tmp_path, capsys):
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    if make == "mistyped":  # the parent of the puzzle folder, say
+        (folder / "notes.txt").write_text("")
+        (folder / "puzzles").mkdir()
+    assert cli.main(["check", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "holds no puzzle file" in captured.err
+    assert ("it is empty" if make == "empty" else "it holds notes.txt, puzzles/") in captured.err
+
+
+def test_a_syntax_error_shows_the_line_and_a_caret(stubs_folder, capsys):
+    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    loss = loss_fn((forward(x_shard, layers), target_shard)\n")
+    assert cli.main(["check", str(stubs_folder), "-p", "p3"]) == 1
+    out = capsys.readouterr().out
+    line = (stubs_folder / "p3_data_parallel.py").read_text().splitlines().index(
+        "    loss = loss_fn((forward(x_shard, layers), target_shard)") + 1
+    assert "SyntaxError: '(' was never closed" in out and f"at p3_data_parallel.py:{line}" in out
+    shown = out.splitlines()
+    i = next(i for i, s in enumerate(shown) if "loss = loss_fn((forward" in s)
+    assert shown[i + 1].strip() == "^" and "frozen" not in out
+
+
+@pytest.mark.parametrize("where", ["in the function", "at import"])
+def test_sys_exit_is_an_error_of_that_puzzle(where, stubs_folder, capsys):
+    if where == "at import":
+        answer(stubs_folder, "p3_data_parallel.py", "import torch\n", "import torch\nimport sys\nsys.exit(0)\n")
+    else:
+        answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    import sys\n    sys.exit()\n" + P3_LOSS)
+    answer(stubs_folder, "p4_tensor_parallel.py", "", "")
+    assert cli.main(["check", str(stubs_folder), "-p", "p3", "p4"]) == 1  # never "all passed"
+    out = capsys.readouterr().out
+    assert "p3   Data parallel                ERROR" in out and "SystemExit" in out
+    assert "p4   Tensor parallel              PASS" in out  # the grader went on
+    assert "1 passed, 0 failed, 1 errors" in out
+
+
+def test_os_exit_is_an_error_of_that_puzzle(stubs_folder):
+    """In a child process: an unguarded os._exit would end the test run itself."""
+    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    import os\n    os._exit(0)\n" + P3_LOSS)
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", str(stubs_folder), "-p", "p3", "p8"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "os._exit(0) was called" in proc.stdout and "p8   ZeRO (sharded Adam)          not attempted" in proc.stdout
+
+
+def test_an_endless_loop_is_stopped_within_the_timeout(stubs_folder, capsys):
+    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    while True:\n        pass\n" + P3_LOSS)
+    assert cli.main(["check", str(stubs_folder), "-p", "p3", "--timeout", "0.5"]) == 1
+    out = capsys.readouterr().out
+    assert "TimeLimitError: rank 0 ran for more than 0.5 s" in out
+    assert "python -m grader check --timeout SECONDS" in out  # the advice names a flag that exists
+
+
+def test_torch_distributed_instead_of_dist_gets_a_hint(stubs_folder, capsys):
+    answer(stubs_folder, "p3_data_parallel.py", "dist.all_reduce(w.grad)", "torch.distributed.all_reduce(w.grad)")
+    assert cli.main(["check", str(stubs_folder), "-p", "p3"]) == 1
+    assert "hint: use the `dist` your function receives" in capsys.readouterr().out
+
+
+def test_help_lists_only_what_a_user_types(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "_observe" not in out and "SUPPRESS" not in out and "check" in out and "build" in out
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    assert "--timeout SECONDS" in capsys.readouterr().out
+
+
+def test_puzzles_means_the_folder_here_and_outside_a_checkout_says_what_to_do(stubs_folder, tmp_path, monkeypatch,
+                                                                               capsys):
+    monkeypatch.setattr(targets, "in_checkout", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert "no folder 'puzzles'" in err and "python -m grader check FOLDER" in err
+    stubs_folder.rename(tmp_path / "puzzles")
+    assert cli.main(["check", "-p", "p1", "--json"]) == 0
+    assert graded_ids(capsys) == ["p1"]
+
+
+def test_one_puzzle_file_can_be_graded(stubs_folder, capsys):
+    answer(stubs_folder, "p3_data_parallel.py", "", "")
+    assert cli.main(["check", str(stubs_folder / "p3_data_parallel.py"), "--json"]) == 0
+    assert graded_ids(capsys) == ["p3"]
+
+
+def test_a_notebook_with_a_missing_puzzle_says_so_on_stderr(tmp_path, capsys):
+    import nbformat
+
+    from grader.frontends.notebook_file import build_notebook
+
+    nb = build_notebook(ROOT)
+    nb.cells = [c for c in nb.cells if c.get("id") != "p2"]
+    nbformat.write(nb, str(tmp_path / "mine.ipynb"))
+    assert cli.main(["check", str(tmp_path / "mine.ipynb"), "-p", "p1"]) == 0
+    assert "note: mine.ipynb: no code cell holds p2" in capsys.readouterr().err
+    (tmp_path / "bad.ipynb").write_text("{not json")
+    assert cli.main(["check", str(tmp_path / "bad.ipynb")]) == 2
+    assert "is not a notebook that can be read" in capsys.readouterr().err

@@ -72,6 +72,9 @@ def pytest_message(r: PuzzleResult, seed: int) -> str:
     return "\n".join([head] + detail_lines(r, verbose=True))
 
 
+_CELL = "text-align:left;vertical-align:top"  # Jupyter's stylesheet right-aligns table cells
+
+
 def to_html(r: PuzzleResult, seed: int) -> str:
     """A compact card for the notebook's check cell: a status banner, the checks, the budgets."""
     colour = COLOURS.get(r.status, "#6e7781")
@@ -80,11 +83,12 @@ def to_html(r: PuzzleResult, seed: int) -> str:
         mark = "&#9675;" if c.simulator_only else "&#10004;" if c.passed else "&#10008;"
         budget = f"<br><small>budget: {html.escape(c.budget.describe())}</small>" if c.budget else ""
         diag = (f"<br><b>likely cause:</b> {html.escape(c.diagnosis)}" if c.diagnosis else "")
-        rows.append(f"<tr><td style='color:{'#1a7f37' if c.passed else '#cf222e'}'>{mark}</td>"
-                    f"<td><b>{html.escape(c.name)}</b></td><td>{html.escape(c.message)}{budget}{diag}</td></tr>")
+        rows.append(f"<tr><td style='color:{'#1a7f37' if c.passed else '#cf222e'};{_CELL}'>{mark}</td>"
+                    f"<td style='{_CELL}'><b>{html.escape(c.name)}</b></td>"
+                    f"<td style='{_CELL}'>{html.escape(c.message)}{budget}{diag}</td></tr>")
     body = "".join(rows)
     if r.error and r.status != PASS:
-        body += f"<tr><td></td><td colspan=2><pre>{html.escape(r.error)}</pre></td></tr>"
+        body += f"<tr><td></td><td colspan=2 style='{_CELL}'><pre>{html.escape(r.error)}</pre></td></tr>"
     peaks = ", ".join(fmt(p, "bytes") for p in r.peak_bytes)
     foot = (f"<small>peak memory per rank: {html.escape(peaks)}; makespan {fmt(r.makespan_ticks, 'ticks')}; "
             f"seed {seed}</small>") if r.peak_bytes else f"<small>seed {seed}</small>"

@@ -1,4 +1,5 @@
-"""The command line: `python -m grader [check TARGET] [--puzzle p3 ...] [--seed N] [--json]`, `python -m grader build`."""
+"""The command line: `python -m grader [check TARGET] [-p p3 ...] [--seed N] [--timeout S] [--json]`,
+`python -m grader build [--check] [--force]`, `python -m grader batch ...`."""
 
 from __future__ import annotations
 
@@ -8,28 +9,40 @@ import sys
 from ..core import report
 from ..core.grading import fresh_seed
 from ..core.result import NOT_ATTEMPTED, PASS
-from . import build as build_mod
-from .targets import REPO, grade_target
+from .notebook_cells import NotebookError
+from .targets import REPO, grade_target, in_checkout, normalize_puzzle_id
 
 
 def cmd_check(args) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
+    target = args.target
+    if args.stray:  # `-p p3 solutions`: the folder was read as a puzzle id
+        if target is not None or len(args.stray) > 1:
+            print(f"error: not a puzzle id: {', '.join(args.stray)} (give p1..p8, 3, P3, 'p3,p4')", file=sys.stderr)
+            return 2
+        target = args.stray[0]
+    target = "puzzles" if target is None else target
     options, on = {}, ""
     if args.backend == "torch":
         options = {"world_size": args.world_size, "timeout": args.timeout, "dist_backend": args.dist_backend}
         on = f"torch.distributed ({args.dist_backend}, one process per rank)"
-    elif args.world_size is not None or args.timeout is not None:
-        print("error: --world-size and --timeout go with --backend torch", file=sys.stderr)
+    elif args.world_size is not None:
+        print("error: --world-size goes with --backend torch", file=sys.stderr)
         return 2
+    elif args.timeout is not None:
+        options = {"timeout": args.timeout}
+    notes: list[str] = []
     try:
-        results = grade_target(args.target, args.puzzle, seed, args.backend, **options)
-    except (FileNotFoundError, KeyError) as exc:
+        results = grade_target(target, args.puzzle, seed, args.backend, notes=notes, **options)
+    except (FileNotFoundError, KeyError, NotebookError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
-        print(report.to_json(results, str(args.target), seed, figures=args.figures))
+        print(report.to_json(results, str(target), seed, figures=args.figures))
     else:
-        print(report.console(results, str(args.target), seed, verbose=args.verbose, backend=on))
+        print(report.console(results, str(target), seed, verbose=args.verbose, backend=on))
     if args.plots:
         from . import plots
 
@@ -39,14 +52,23 @@ def cmd_check(args) -> int:
 
 
 def cmd_build(args) -> int:
+    from . import build as build_mod  # here, not at the top: it imports nbformat, a second of every start
+
     root = REPO
+    if not in_checkout():
+        print(f"error: build regenerates a checkout's puzzles/ and notebooks from its solutions/, and {root} is an "
+              f"installed package, not a checkout: run it in a clone of the repository", file=sys.stderr)
+        return 2
     if args.check:
         problems = build_mod.stale(root)
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0
-    for path in build_mod.build(root):
+    done = build_mod.build(root, force=args.force)
+    for path in done.write:
         print(f"wrote {path.relative_to(root)}")
+    for line in done.kept:
+        print(f"{line} (`python -m grader build --force` overwrites it)")
     return 0
 
 
@@ -84,16 +106,39 @@ def cmd_observe(args) -> int:
 def cmd_mutate(args) -> int:
     from .mutate import command
 
+    if getattr(args, "stray", None):
+        print(f"error: not a puzzle id: {', '.join(args.stray)} (give p1..p8, 3, P3, 'p3,p4')", file=sys.stderr)
+        return 2
     return command.run(args)
+
+
+class PuzzleIds(argparse.Action):
+    """-p p3, -p 3, -p P3, -p p3 p4, -p p3,p4, repeatable; each puzzle once, in the order given. A word that is no
+    puzzle id is kept in `stray` (it may be the target, as in `-p p3 solutions`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        ids = list(getattr(namespace, self.dest) or [])
+        stray = list(getattr(namespace, "stray", None) or [])
+        for value in values:
+            for word in filter(None, value.split(",")):
+                pid = normalize_puzzle_id(word)
+                if pid is None:
+                    stray.append(word)
+                elif pid not in ids:
+                    ids.append(pid)
+        setattr(namespace, self.dest, ids)
+        namespace.stray = stray
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grader", description="Grade the distributed-training puzzles.")
     sub = p.add_subparsers(dest="command")
     check = sub.add_parser("check", help="grade a folder of puzzle files (default: puzzles)")
-    check.add_argument("target", nargs="?", default="puzzles",
-                       help="'puzzles', 'solutions', or a folder laid out like puzzles/")
-    check.add_argument("--puzzle", "-p", action="append", help="grade only this puzzle (p1..p8); repeatable")
+    check.add_argument("target", nargs="?", default=None,
+                       help="a folder laid out like puzzles/ (default: ./puzzles, or the checkout's), a notebook, "
+                            "or 'solutions' in a checkout")
+    check.add_argument("--puzzle", "-p", action=PuzzleIds, nargs="+", metavar="ID", dest="puzzle", default=None,
+                       help="grade only these puzzles: -p p3, -p 3, -p p3 p4, -p p3,p4 (repeatable)")
     check.add_argument("--seed", type=int, help="reproduce a run: the inputs are random for every seed")
     check.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     check.add_argument("--figures", action="store_true", help="with --json: include the data behind the plots")
@@ -103,13 +148,18 @@ def parser() -> argparse.ArgumentParser:
                        help="sim: the simulator (default); torch: real processes on torch.distributed, one per rank")
     check.add_argument("--world-size", type=int, help="with --backend torch: grade only the puzzles written for "
                                                        "this many ranks (each puzzle's sizes fix its world size)")
-    check.add_argument("--timeout", type=float, help="with --backend torch: seconds each puzzle may take before "
-                                                     "its process group counts as hung (default: the puzzle's, 60)")
+    check.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="on the simulator: how long a rank may compute without communicating before it is "
+                            "stopped (an endless loop; default 60); with --backend torch: how long each puzzle may "
+                            "take before its process group counts as hung (default 60)")
     check.add_argument("--dist-backend", choices=("gloo", "nccl"), default="gloo",
                        help="with --backend torch: gloo (CPU, default) or nccl (one GPU per rank)")
-    check.set_defaults(func=cmd_check)
-    b = sub.add_parser("build", help="regenerate the stubs in puzzles/ from solutions/")
+    check.set_defaults(func=cmd_check, stray=[])
+    b = sub.add_parser("build", help="regenerate the stubs in puzzles/ and the notebooks from solutions/ (stubs and "
+                                     "cells a learner edited are left alone)")
     b.add_argument("--check", action="store_true", help="exit 1 and name the stale files instead of writing")
+    b.add_argument("--force", action="store_true", help="overwrite the stubs and notebook cells a learner edited too "
+                                                        "(for instructors; without it they are left alone)")
     b.set_defaults(func=cmd_build)
     bt = sub.add_parser("batch", help="grade a folder of submissions (notebooks or puzzle folders), each in its own "
                                       "process with time and memory limits; writes CSV (and JSON)")
@@ -127,7 +177,8 @@ def parser() -> argparse.ArgumentParser:
                                        "survives")
     mu.add_argument("target", nargs="?", default="solutions",
                     help="a folder of reference solutions laid out like solutions/ (default: solutions)")
-    mu.add_argument("--puzzle", "-p", action="append", help="only this puzzle (p1..p8); repeatable")
+    mu.add_argument("--puzzle", "-p", action=PuzzleIds, nargs="+", metavar="ID", dest="puzzle", default=None,
+                    help="only these puzzles: -p p3, -p 3, -p p3 p4 (repeatable)")
     mu.add_argument("--seed", type=int, default=1, help="the grading seed (default 1, so runs compare)")
     mu.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     mu.add_argument("--quiet", "-q", action="store_true", help="leave out the table of every mutant")
@@ -138,12 +189,13 @@ def parser() -> argparse.ArgumentParser:
                     help="a JSON list of reviewed equivalent mutants, added to the built-in list")
     mu.add_argument("--memory-mb", type=int, default=4096, help="memory a mutant may add, in MiB (default 4096)")
     mu.set_defaults(func=cmd_mutate)
-    ob = sub.add_parser("_observe", help=argparse.SUPPRESS)  # the child process of `batch`
+    ob = sub.add_parser("_observe")  # the child process of `batch` (no help=: not listed)
     ob.add_argument("submission")
     ob.add_argument("--seed", type=int, required=True)
     ob.add_argument("--out", required=True)
     ob.add_argument("--puzzle", action="append")
     ob.set_defaults(func=cmd_observe)
+    sub.metavar = "{" + ",".join(name for name in sub.choices if not name.startswith("_")) + "}"
     return p
 
 

@@ -1,24 +1,54 @@
-"""`puzzles.ipynb` as a file: generated from solutions/ by `python -m grader build`, and read back for grading.
+"""The notebooks as files, generated from solutions/ by `python -m grader build`:
 
-The notebook is: an install cell (only does something in Colab), a short tour of the simulator, then for each
-puzzle its story (the puzzle file's docstring), the stub in a code cell tagged with the puzzle id, and a check
-cell that grades the functions that cell defined and shows the result.
+    puzzles.ipynb             the published notebook: its install cell takes the package from REPO_URL (in Colab
+                              only; elsewhere the package is already installed)
+    puzzles-standalone.ipynb  the same notebook carrying the package itself (standalone.py): one file that runs
+                              in Colab or any Jupyter with torch, numpy and matplotlib, no repository, no network
+
+Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then for each puzzle its
+story (the puzzle file's docstring, as markdown, ending with where to write), the stub in a code cell tagged with
+the puzzle id, and a check cell that grades the functions that cell defined and shows the result. Every cell has
+a stable id naming its role ("p3-story", "p3", "p3-check"), which is how `build` finds the cells a learner
+edited (build.py) and how grading finds the answers when tags are lost (notebook_cells.py, which reads a
+notebook back).
 """
 
 from __future__ import annotations
 
 import ast
-import tempfile
 from pathlib import Path
 
 import nbformat
 
 from ..specs import SPECS
+from .notebook_cells import CHECK_MARK, INSTALL_MARK, TOUR_MARK, extract_to_folder, notebook_target, tagged_sources
+from .story_markdown import story_markdown
 from .stubs import stub_body
 
-# The repository a Colab session installs the package from. Instructors who fork: change this one line
-# (README, "For instructors").
+# Reading a notebook back is notebook_cells.py's; batch and the tests take these names from here.
+__all__ = [
+    "NOTEBOOK",
+    "REPO_URL",
+    "STANDALONE_NOTEBOOK",
+    "build_notebook",
+    "colab_url",
+    "extract_to_folder",
+    "notebook_target",
+    "tagged_sources",
+]
+
+NOTEBOOK, STANDALONE_NOTEBOOK = "puzzles.ipynb", "puzzles-standalone.ipynb"
+
+# The repository a Colab session installs the package from, and the README's "Open in Colab" badge. Instructors
+# who fork: change this one line, then run `python -m grader build` (README, "For instructors").
 REPO_URL = "https://github.com/training-puzzles/training-puzzles"
+
+
+def colab_url(notebook: str = NOTEBOOK) -> str:
+    """Where Colab opens `notebook` of the repository at REPO_URL (its main branch)."""
+    return REPO_URL.replace("https://github.com/", "https://colab.research.google.com/github/") + \
+        f"/blob/main/{notebook}"
+
 
 INTRO = """# Training Puzzles
 
@@ -27,15 +57,23 @@ data parallel, tensor parallel, pipeline parallel (GPipe and 1F1B), overlapping 
 ZeRO. The "GPUs" are simulated ranks in this one process, but the tensors are real: every answer is checked for
 its values, its gradients, its peak memory and, where the puzzle is about time, its schedule.
 
-How to play: read a puzzle's story, fill in the code cell under it (replace the `raise NotImplementedError`), run
-the check cell. Each check prints PASS or FAIL per check, with what is wrong and where, and draws the memory
-timeline and the schedule. Run the whole notebook untouched and every puzzle says "not attempted".
+How to play: run the next code cell first. Then, for each puzzle, read its story, write your answer in the code
+cell under it (replace each `raise NotImplementedError`), run that cell, then run the check cell below it. Each
+check prints PASS or FAIL per check, with what is wrong and where, and draws the memory timeline and the
+schedule. Run the whole notebook untouched and every puzzle says "not attempted". Helper functions of your own
+may go in any cell: grading sees every code cell you wrote.
 
 The `dist` your functions receive mirrors `torch.distributed` (same names, arguments and in-place semantics), so
 the same function runs on real processes too."""
 
+STANDALONE_NOTE = """
+
+This is the **standalone** notebook: it carries its own copy of the puzzles' package, which its first code cell
+unpacks, so that this one file runs in Colab or in any Jupyter with torch, numpy and matplotlib, with no
+repository and no network."""
+
 INSTALL = f"""# Installs the puzzles' package when this notebook runs in Colab; does nothing elsewhere.
-REPO_URL = "{REPO_URL}"
+{INSTALL_MARK}"{REPO_URL}"
 import subprocess, sys
 if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"git+{{REPO_URL}}"], check=True)"""
@@ -47,7 +85,8 @@ communicates or returns), so every run is the same. Each rank has a **memory led
 time, the peak, and what was alive at the peak, by the line of code that allocated it) and a **clock** (a compute
 stream and a communication stream, in integer ticks)."""
 
-TOUR_CODE = """import torch
+TOUR_CODE = TOUR_MARK + """ (run it: it changes nothing you will write)
+import torch
 from puzzles import sim
 
 
@@ -74,13 +113,6 @@ for e in result.events:
     print(f"rank {e.rank} {e.stream:>7} {e.kind:<10} ticks {e.start:>6}..{e.end:<6}")"""
 
 
-def story_markdown(source: str) -> str:
-    """The puzzle file's docstring as markdown: its first line a heading, the rest verbatim (ASCII pictures)."""
-    doc = ast.get_docstring(ast.parse(source), clean=True) or ""
-    title, _, body = doc.partition("\n")
-    return f"## {title.strip().rstrip('.')}\n\n```text\n{body.strip()}\n```"
-
-
 def code_without_docstring(source: str) -> str:
     """A stub's code for its notebook cell: the module docstring is the markdown above it."""
     tree = ast.parse(source)
@@ -90,63 +122,45 @@ def code_without_docstring(source: str) -> str:
     return "".join(lines).strip() + "\n"
 
 
+def where_to_write(spec) -> str:
+    """The line under a story that says which cell holds the answer."""
+    names = ", ".join(f"`{e}`" for e in spec.entries)
+    return (f"**Your answer goes in the code cell below** ({names}): replace each `raise NotImplementedError`, "
+            f"run the cell, then run the check cell under it.")
+
+
 def check_code(puzzle_id: str) -> str:
-    return f'from grader.notebook import check\ncheck("{puzzle_id}", globals())'
+    return (f"# Grades your {puzzle_id} cell above: run that cell first, then this one.\n"
+            f'{CHECK_MARK}\ncheck("{puzzle_id}", globals())')
 
 
-def build_notebook(root: Path, solved: bool = False) -> nbformat.NotebookNode:
-    """The notebook, from solutions/ (with the solutions left in when `solved`, for testing)."""
-    cells = [nbformat.v4.new_markdown_cell(INTRO), nbformat.v4.new_code_cell(INSTALL),
-             nbformat.v4.new_markdown_cell(TOUR_TEXT), nbformat.v4.new_code_cell(TOUR_CODE)]
+def new_cell(kind: str, role: str, source: str, **metadata):
+    cell = (nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell)(source)
+    cell["id"] = role  # stable, so that building twice writes the same file and build can match cells
+    cell.metadata.update(metadata)
+    return cell
+
+
+def build_notebook(root: Path, solved: bool = False, standalone: bool = False) -> nbformat.NotebookNode:
+    """The notebook, from solutions/ (with the solutions left in when `solved`, for testing); `standalone`: the
+    variant that carries the package instead of installing it."""
+    if standalone:
+        from .standalone import setup_cell
+
+        cells = [new_cell("markdown", "intro", INTRO + STANDALONE_NOTE), setup_cell()]
+    else:
+        cells = [new_cell("markdown", "intro", INTRO), new_cell("code", "install", INSTALL)]
+    cells += [new_cell("markdown", "tour-text", TOUR_TEXT), new_cell("code", "tour-code", TOUR_CODE)]
     for spec in SPECS.values():
         path = root / "solutions" / spec.filename
         if not path.exists():
             continue
         source = path.read_text()
         code = source if solved else stub_body(source, spec.filename)
-        cells.append(nbformat.v4.new_markdown_cell(story_markdown(source)))
-        cells.append(nbformat.v4.new_code_cell(code_without_docstring(code), metadata={"tags": [spec.id]}))
-        cells.append(nbformat.v4.new_code_cell(check_code(spec.id), metadata={"tags": [f"{spec.id}-check"]}))
+        cells.append(new_cell("markdown", f"{spec.id}-story", story_markdown(source) + "\n\n" + where_to_write(spec)))
+        cells.append(new_cell("code", spec.id, code_without_docstring(code), tags=[spec.id]))
+        cells.append(new_cell("code", f"{spec.id}-check", check_code(spec.id), tags=[f"{spec.id}-check"]))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    # Stable ids, so that building twice writes the same file.
-    for i, cell in enumerate(nb.cells):
-        cell["id"] = f"cell-{i}"
     return nb
-
-
-def tagged_sources(path: Path) -> dict[str, str]:
-    """{puzzle id: the source of the code cell(s) tagged with it} from a notebook file."""
-    nb = nbformat.read(str(path), as_version=4)
-    sources: dict[str, list[str]] = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        for tag in cell.get("metadata", {}).get("tags", []):
-            sources.setdefault(tag, []).append(cell.source)
-    return {tag: "\n\n".join(parts) + "\n" for tag, parts in sources.items()}
-
-
-def extract_to_folder(path: Path, folder: Path) -> Path:
-    """Write each puzzle's tagged cells of a notebook as pN_name.py files in `folder` (a folder laid out like
-    puzzles/), so that a notebook is graded exactly like a folder."""
-    sources = tagged_sources(path)
-    for spec in SPECS.values():
-        if spec.id in sources:
-            (folder / spec.filename).write_text(f'"""{spec.id}, from {path.name}."""\n\n' + sources[spec.id])
-    return folder
-
-
-class notebook_target:
-    """`with notebook_target(path) as folder:` a temporary folder holding the notebook's puzzle cells as files."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> Path:
-        self.tmp = tempfile.TemporaryDirectory(prefix="puzzles-nb-")
-        return extract_to_folder(self.path, Path(self.tmp.name))
-
-    def __exit__(self, *exc):
-        self.tmp.cleanup()

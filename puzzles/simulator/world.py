@@ -337,8 +337,9 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                     if now - self.turn_started > self.timeout:
                         error = TimeLimitError(
                             f"rank {culprit.rank} ran for more than {self.timeout:g} s of wall time without "
-                            f"communicating or returning; it was at {where}. An endless loop? (Pass a larger "
-                            f"timeout to sim.run if the work is really that long.)")
+                            f"communicating or returning; it was at {where}. An endless loop? (If the work is really "
+                            f"that long, raise the limit: `python -m grader check --timeout SECONDS`, or "
+                            f"sim.run(..., timeout=SECONDS).)")
                     else:
                         error = TimeLimitError(
                             f"the ranks kept communicating for more than {10 * self.timeout:g} s of wall time "

@@ -1,0 +1,108 @@
+"""The standalone notebook's first code cell: the `puzzles` and `grader` packages, zipped and base64-encoded in the
+cell, and the few lines that unpack them onto sys.path.
+
+That makes puzzles-standalone.ipynb one file that runs wherever torch, numpy and matplotlib are installed (Colab
+has them): no repository, no pip, no network. What it carries is the Python of puzzles/ (less the learner's stubs
+pN_*.py: the notebook's own cells are the stubs) and of grader/; never solutions/ or tests/.
+
+The zip is built the same way every time (sorted names, fixed timestamps), and the cell records a digest of what
+it carries, so that `build --check` compares contents, not compressed bytes (which a different zlib may change).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import nbformat
+
+from puzzles import sim
+
+from .notebook_cells import SETUP_MARK
+
+GRADER_DIR = Path(__file__).resolve().parent.parent
+PUZZLES_DIR = Path(sim.__file__).resolve().parent
+_STUB = re.compile(r"p\d+_\w+\.py")
+_DIGEST = re.compile(r"^# package contents: sha256 ([0-9a-f]{16})$", re.MULTILINE)
+
+
+def package_files() -> dict[str, bytes]:
+    """{path inside the zip: contents} for every file the notebook carries."""
+    files = {}
+    for top in (PUZZLES_DIR, GRADER_DIR):
+        for path in sorted(top.rglob("*.py")):
+            rel = path.relative_to(top.parent)
+            if "__pycache__" in rel.parts or (top == PUZZLES_DIR and len(rel.parts) == 2 and _STUB.fullmatch(path.name)):
+                continue
+            files[rel.as_posix()] = path.read_bytes()
+    return files
+
+
+def contents_digest(files: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return h.hexdigest()[:16]
+
+
+def package_zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, files[name], compresslevel=9)
+    return buffer.getvalue()
+
+
+SETUP = '''{mark}: unpack this notebook's copy of the puzzles' package (run me first)
+# This cell carries the `puzzles` and `grader` packages (a zip, in base64) and puts them on sys.path, so that the
+# notebook needs no repository and no network, only torch, numpy and matplotlib. Nothing to edit here.
+# package contents: sha256 {digest}
+import base64, io, os, shutil, sys, tempfile, zipfile
+
+_PACKAGE = (
+{payload}
+)
+_home = os.path.join(tempfile.gettempdir(), "training-puzzles-{digest}")
+if not os.path.isdir(_home):
+    _unpacking = tempfile.mkdtemp(prefix="training-puzzles-")
+    zipfile.ZipFile(io.BytesIO(base64.b64decode(_PACKAGE))).extractall(_unpacking)
+    try:
+        os.rename(_unpacking, _home)
+    except OSError:  # another kernel unpacked it first
+        shutil.rmtree(_unpacking, ignore_errors=True)
+if _home not in sys.path:
+    sys.path.insert(0, _home)
+import grader
+if os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__))) == _home:
+    print("The puzzles' package is ready.")
+else:
+    print(f"Note: this kernel had already imported grader from {{os.path.dirname(grader.__file__)}}; restart the "
+          f"kernel and run this cell first to use this notebook's own copy.")'''
+
+
+def setup_source(files: dict[str, bytes] | None = None) -> str:
+    files = package_files() if files is None else files
+    encoded = base64.b64encode(package_zip(files)).decode()
+    payload = "\n".join(f'    "{encoded[i:i + 100]}"' for i in range(0, len(encoded), 100))
+    return SETUP.format(mark=SETUP_MARK, digest=contents_digest(files), payload=payload)
+
+
+def recorded_digest(source: str) -> str | None:
+    """The contents digest a setup cell records (None for any other cell)."""
+    m = _DIGEST.search(source) if source.startswith(SETUP_MARK) else None
+    return m.group(1) if m else None
+
+
+def setup_cell():
+    cell = nbformat.v4.new_code_cell(setup_source())
+    cell["id"] = "setup"
+    # Colab shows a form's title instead of its code; JupyterLab collapses the source.
+    cell.metadata.update({"cellView": "form", "jupyter": {"source_hidden": True}})
+    return cell

@@ -1,0 +1,92 @@
+"""The package as pip installs it, not as the checkout runs it: build the wheel, install it (not editable) into a
+fresh virtual environment, and grade from a folder outside the repository: a copy of the stubs (as ./puzzles), a
+copy of the solutions, and the notebook. An editable install hides a wheel that leaves out a subpackage; this
+test does not.
+
+The fresh environment borrows torch, numpy, matplotlib and nbformat from the running interpreter's site-packages
+(tests/isolated.py), so the project itself can come only from the wheel; the test checks that it does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+
+from isolated import fresh_venv, run
+
+from grader.frontends.targets import REPO
+from grader.specs import SPECS
+
+ALL = len(SPECS)
+
+
+def can_build_here() -> bool:
+    """Whether this interpreter can build the wheel itself, with no download: setuptools 70.1 or newer builds
+    wheels on its own; an older one needs the `wheel` package."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    version = tuple(int(part) for part in setuptools.__version__.split(".")[:2] if part.isdigit())
+    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
+def build_wheel(tmp_path):
+    """The wheel, built from a copy of what a clone holds (so that nothing built before, say a stale build/,
+    leaks in)."""
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("puzzles", "grader"):
+        shutil.copytree(REPO / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    isolation = ["--no-build-isolation"] if can_build_here() else []  # offline when it can be
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(tmp_path / "dist"),
+                    str(src)], check=True, capture_output=True, text=True)
+    [wheel] = (tmp_path / "dist").glob("training_puzzles-*.whl")
+    return wheel
+
+
+def grade(python, cwd, *args):
+    proc = run(python, "-m", "grader", "check", *args, "--json", "--seed", "4", cwd=cwd)
+    return proc, [p["status"] for p in json.loads(proc.stdout)["puzzles"]] if proc.stdout.strip() else []
+
+
+def test_the_wheel_grades_stubs_solutions_and_the_notebook_outside_the_repository(tmp_path):
+    wheel = build_wheel(tmp_path)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = sorted(p.parent.relative_to(REPO).as_posix() for top in ("puzzles", "grader")
+                      for p in (REPO / top).rglob("__init__.py"))
+    assert all(f"{p}/__init__.py" in names for p in packages), sorted(set(packages) - {n.rsplit("/", 1)[0] for n in names})
+    assert not any(n.startswith(("solutions/", "tests/")) for n in names)
+
+    python = fresh_venv(tmp_path / "venv")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True, capture_output=True, text=True)
+    work = tmp_path / "work"
+    (work / "puzzles").mkdir(parents=True)
+    for solution in sorted((REPO / "solutions").glob("p*_*.py")):
+        shutil.copy(REPO / "puzzles" / solution.name, work / "puzzles")  # the stubs a learner starts from
+    shutil.copytree(REPO / "solutions", work / "answers")
+    shutil.copy(REPO / "puzzles.ipynb", work)
+    site = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=work).stdout.strip()
+    where = run(python, "-c", "import grader, puzzles.sim, grader.specs; print(grader.__file__, puzzles.sim.__file__)",
+                cwd=work, check=True).stdout.split()
+    assert all(path.startswith(site) for path in where), (where, site)  # from the wheel, not the checkout
+
+    proc, statuses = grade(python, work)  # 'puzzles' is ./puzzles
+    assert proc.returncode == 0 and statuses == ["not_attempted"] * ALL, proc.stderr
+    proc, statuses = grade(python, work, "answers")
+    assert proc.returncode == 0 and statuses == ["pass"] * ALL, proc.stdout[-2000:] + proc.stderr
+    proc, statuses = grade(python, work, "puzzles.ipynb")
+    assert proc.returncode == 0 and statuses == ["not_attempted"] * ALL, proc.stderr
+
+    (work / "puzzles").rename(work / "elsewhere")  # no ./puzzles, and no checkout to fall back on
+    proc, _ = grade(python, work)
+    assert proc.returncode == 2 and "installed package" in proc.stderr and "python -m grader check FOLDER" in proc.stderr
+    proc = run(python, "-m", "grader", "build", cwd=work)
+    assert proc.returncode == 2 and "not a checkout" in proc.stderr

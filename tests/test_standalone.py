@@ -1,0 +1,60 @@
+"""The standalone notebook (puzzles-standalone.ipynb) works on its own: copied alone into an empty folder and run
+headless by a Python that does not have this project importable, its first cell unpacks the package it carries,
+and every puzzle grades ("not attempted" as shipped, PASS with the solutions filled in). This is the Colab path
+before the repository is published: upload one file, run it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import nbformat
+import pytest
+from isolated import fresh_venv, kernel_spec, run
+from notebook_helpers import check_outputs, errors_of, execute
+
+from grader.frontends.notebook_file import STANDALONE_NOTEBOOK, build_notebook
+from grader.frontends.targets import REPO
+from grader.specs import SPECS
+
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory):
+    """A kernel whose Python has torch, numpy, matplotlib and ipykernel, and not this project."""
+    base = tmp_path_factory.mktemp("standalone")
+    python = fresh_venv(base / "venv")
+    (base / "empty").mkdir()
+    proc = run(python, "-c", "import grader", cwd=base / "empty")
+    assert proc.returncode != 0 and "No module named 'grader'" in proc.stderr, proc.stderr
+    (base / "tmp").mkdir()
+    kernel_spec(python, base / "jupyter", "isolated", TMPDIR=str(base / "tmp"))
+    return base
+
+
+def run_alone(nb_path, isolated, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", str(isolated / "jupyter"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert os.listdir(nb_path.parent) == [nb_path.name]
+    nb = nbformat.read(str(nb_path), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import grader, puzzles.sim\nprint(grader.__file__, puzzles.sim.__file__)"))
+    return execute(nb, nb_path.parent, kernel_name="isolated")
+
+
+@pytest.mark.parametrize("solved", [False, True], ids=["as-shipped", "solved"])
+def test_the_standalone_notebook_runs_alone(solved, isolated, tmp_path, monkeypatch):
+    folder = tmp_path / "alone"
+    folder.mkdir()
+    if solved:
+        nbformat.write(build_notebook(REPO, solved=True, standalone=True), str(folder / STANDALONE_NOTEBOOK))
+    else:
+        shutil.copy(REPO / STANDALONE_NOTEBOOK, folder / STANDALONE_NOTEBOOK)
+    nb = run_alone(folder / STANDALONE_NOTEBOOK, isolated, monkeypatch)
+    assert not errors_of(nb), errors_of(nb)
+    expected = "PASS" if solved else "not attempted"
+    shown = check_outputs(nb)
+    assert set(shown) == set(SPECS)
+    for spec in SPECS.values():
+        assert f"{spec.id} {spec.title}: {expected}" in shown[spec.id], (spec.id, shown[spec.id][:800])
+    where = nb.cells[-1].outputs[0].text
+    assert where.count(str(isolated / "tmp")) == 2, where  # the package came out of the notebook
+    assert str(REPO) not in where
