@@ -304,3 +304,15 @@ def test_tampering_is_caught_on_real_processes_too(tmp_path, when):
     import grader.core.compare
 
     assert grader.core.compare.REL_TOL == 1e-8  # this process is sound again
+
+
+def test_the_mutants_grader_mutate_found_now_fail(tmp_path):
+    """Two wrong answers `grader mutate` found passing, both divergences from gloo: a p2 buffer made a leaf before
+    it is gathered into (gloo: autograd refuses the in-place copy), and an empty batch_isend_irecv in p6."""
+    source = solved("p2").replace("        dist.all_gather_into_tensor(full, shard)\n        start = full.requires_grad_()",
+                                  "        start = full.requires_grad_()\n        dist.all_gather_into_tensor(full, shard)")
+    result, message = grade(tmp_path, "p2", source)
+    assert result.status == ERROR and "AutogradWriteError" in result.error, message
+    source = solved("p6").replace("        if ops:\n", "        if True:\n")
+    result, message = grade(tmp_path, "p6", source)
+    assert result.status == ERROR and "batch_isend_irecv with an empty list" in result.error, message

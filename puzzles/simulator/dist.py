@@ -16,8 +16,8 @@ import torch
 
 from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _broadcast, _Call, _nothing,
                               _reduce_scatter_tensor)
-from .types import (NON_GROUP_MEMBER, NonContiguousError, P2POp, ProcessGroup, ReduceOp, Work, _desc, _reduce_op,
-                    check_reduce_dtype)
+from .types import (NON_GROUP_MEMBER, AutogradWriteError, NonContiguousError, P2POp, ProcessGroup, ReduceOp, Work,
+                    _desc, _reduce_op, check_reduce_dtype)
 
 if TYPE_CHECKING:
     from .world import World
@@ -140,6 +140,10 @@ class SimDist:
 
     def batch_isend_irecv(self, p2p_op_list) -> list[Work]:
         """Post every send and recv of the list, then return their handles (no ordering deadlock among them)."""
+        if not p2p_op_list:  # torch.distributed reads the first op's group first: IndexError
+            raise IndexError(f"rank {self._me.rank} called batch_isend_irecv with an empty list at "
+                             f"{self._world.site()}: torch.distributed raises IndexError here. Call it only when "
+                             f"there is something to send or receive.")
         works = []
         for p in p2p_op_list:
             kind = getattr(p.op, "__name__", "")
@@ -183,6 +187,21 @@ class SimDist:
             f"a column, a strided slice or a transpose) to {what} at {self._world.site()}. gloo runs {what} on "
             f"the tensor's raw memory, so it would {gloo}. To fix it, {how}.")
 
+    def _check_autograd(self, what: str, written, read=()) -> None:
+        """gloo runs the gathers and reduce_scatter_tensor by writing into views of its output (and, for
+        all_gather_into_tensor, reading views of its input) with autograd on: if one of those tensors requires
+        grad and grad mode is on, autograd raises. all_reduce, broadcast and recv write the raw memory and do not."""
+        if not torch.is_grad_enabled():
+            return
+        for t, role in [*((t, "output") for t in written), *((t, "input") for t in read)]:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise AutogradWriteError(
+                    f"rank {self._me.rank} passed a {_desc(t)} {role} that requires grad to {what} at "
+                    f"{self._world.site()} while autograd records: gloo copies through views of it in place, which "
+                    f"autograd refuses (a RuntimeError on real processes). Use a buffer that does not require "
+                    f"grad, then make a leaf of the result: `full = torch.empty(...); dist.{what}(full, ...); "
+                    f"full.requires_grad_()` (or run the call under torch.no_grad()).")
+
     # ---- collectives
 
     def _size(self, group) -> int:
@@ -205,6 +224,7 @@ class SimDist:
         if len(tensor_list) != n or any(t.shape != tensor.shape or t.dtype != tensor.dtype for t in tensor_list):
             raise ValueError(f"all_gather on rank {self._me.rank}: tensor_list must hold {n} tensors shaped like "
                              f"the input {_desc(tensor)}, got {[_desc(t) for t in tensor_list]}")
+        self._check_autograd("all_gather", tensor_list)
         call = _Call("all_gather", _all_gather, {"tensor": _desc(tensor)}, reads=[tensor], writes=list(tensor_list),
                      nbytes=n * _nbytes(tensor), tensor=tensor, tensor_list=tensor_list)
         return self._world.collective(self._me, call, group, async_op)
@@ -216,6 +236,7 @@ class SimDist:
         if output_tensor.numel() != n * input_tensor.numel() or output_tensor.dtype != input_tensor.dtype:
             raise ValueError(f"all_gather_into_tensor on rank {self._me.rank}: the output must hold {n} x the input "
                              f"{_desc(input_tensor)} of the same dtype, got {_desc(output_tensor)}")
+        self._check_autograd("all_gather_into_tensor", [output_tensor], [input_tensor])
         call = _Call("all_gather_into_tensor", _all_gather_into_tensor,
                      {"input": _desc(input_tensor), "output": _desc(output_tensor)},
                      reads=[input_tensor], writes=[output_tensor], nbytes=_nbytes(output_tensor),
@@ -230,6 +251,7 @@ class SimDist:
         if input.numel() != n * output.numel() or output.dtype != input.dtype:
             raise ValueError(f"reduce_scatter_tensor on rank {self._me.rank}: the input must hold {n} x the output "
                              f"{_desc(output)} of the same dtype, got {_desc(input)}")
+        self._check_autograd("reduce_scatter_tensor", [output])
         call = _Call("reduce_scatter_tensor", _reduce_scatter_tensor,
                      {"input": _desc(input), "output": _desc(output), "op": op.name},
                      reads=[input], writes=[output], nbytes=_nbytes(input), input=input, output=output, op=op)

@@ -64,6 +64,11 @@ class RankThreadError(SimError):
     started, or after its run had ended."""
 
 
+class AutogradWriteError(SimError, RuntimeError):
+    """A collective would write, in place, into a tensor that requires grad while autograd records (or read from
+    one): gloo copies through views of its own there, which autograd refuses with a RuntimeError."""
+
+
 class HiddenMemoryError(SimError):
     """A rank turned a tensor into memory the ledger cannot see: a numpy array, a Python list, bytes (more than a
     few numbers at a time; see guards.py)."""

@@ -203,3 +203,10 @@ def recv_from_a_rank_that_returned(dist):
     if dist.get_rank() == 0:
         dist.recv(x, 1)
     return x
+
+
+@case(2, sim=IndexError, gloo={RAISED})
+def batch_isend_irecv_empty(dist):
+    """batch_isend_irecv([]): torch reads the first op's group first (IndexError)"""
+    dist.batch_isend_irecv([])
+    return torch.zeros(1)

@@ -100,7 +100,8 @@ def _through_private_buffers(func, args, kwargs, writes: bool = True):
     backend's own buffers are) the learner's tensors are freed exactly when the learner drops them, on every run.
     Values are untouched: the same bytes go through the same gloo collective."""
     tensors = [t for a in args for t in _flat_tensors(a)]
-    if _done_work is None or not tensors or not all(t.is_contiguous() for t in tensors):
+    if _done_work is None or not tensors or not all(t.is_contiguous() for t in tensors) or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return func(*args, **kwargs)  # let the backend see (and judge) the learner's own tensors
     copies: dict = {}  # id(learner tensor) -> (learner tensor, private copy)
     out = func(*[_swap(a, copies) for a in args], **kwargs)
