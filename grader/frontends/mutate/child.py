@@ -16,6 +16,7 @@ import torch
 from ...backends.simulator import observe_file
 from ...core.grading import grade_observation
 from ...core.result import ERROR, PuzzleResult
+from ...core.result import GRADER_ERROR as GRADER_ERROR_STATUS
 from .outcome import GRADER_ERROR, TOOL_ERROR, Limits
 from .source import Mutant
 
@@ -55,6 +56,9 @@ def main(spec, mutant: Mutant, data: tuple, seed: int, limits: Limits, workdir: 
             result = observed if isinstance(observed, PuzzleResult) else grade_observation(spec, observed, inputs)
         except BaseException:
             send(GRADER_ERROR, detail=last_lines(traceback.format_exc()))
+            os._exit(0)
+        if result.status == GRADER_ERROR_STATUS:  # the checks crashed: core.grading said so in the result
+            send(GRADER_ERROR, detail=result.error)
             os._exit(0)
         send("result", status=result.status, error=result.error, checks=[c.name for c in result.failed_checks()],
              peak=list(result.peak_bytes), makespan=result.makespan_ticks)
