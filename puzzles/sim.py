@@ -55,6 +55,7 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     WorkError                a send or recv handle waited for twice, or polled forever (gloo hangs)
     NonContiguousError       a strided tensor where gloo uses its raw memory (all_reduce, broadcast, send/recv)
     AutogradWriteError       a gather or reduce-scatter into (or from) a tensor that requires grad (gloo refuses)
+    OverlapError             an all-to-all whose output is its input (gloo overwrites rows it still sends)
     HiddenMemoryError        a tensor turned into numpy, a list or bytes, which the memory ledger cannot see
     RankThreadError          dist called from a thread the rank started, or after the run
     UnmatchedError           every rank returned, but a message or collective was never matched
@@ -72,16 +73,16 @@ from dataclasses import dataclass
 from .simulator.clock import CostModel, Event
 from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, DeadlockError, HiddenMemoryError,
-                              InFlightError, IsolationError, NonContiguousError, P2PMismatchError, P2POp, ProcessGroup,
-                              RankThreadError, ReduceOp, SimError, TimeLimitError, UnmatchedError, UnwaitedWorkError,
-                              Work, WorkError)
+                              InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
+                              ProcessGroup, RankThreadError, ReduceOp, SimError, TimeLimitError, UnmatchedError,
+                              UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
-    "RankThreadError", "HiddenMemoryError", "AutogradWriteError",
+    "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
 ]
 
 

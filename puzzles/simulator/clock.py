@@ -26,11 +26,15 @@ from torch.utils.flop_counter import flop_registry
 
 @dataclass(frozen=True)
 class CostModel:
-    """The three constants of the simulated machine.
+    """The constants of the simulated machine.
 
     flops_per_tick: how many floating-point operations a rank computes in one tick.
     latency_ticks:  the fixed cost of one message (alpha), paid once per ring step of a collective.
     bytes_per_tick: the bandwidth of one link (1/beta).
+    half_precision_speedup: how many times faster an op computes in float16 or bfloat16 than in float32/64.
+                    1 by default: half precision is then no faster, only smaller (it halves the bytes the ledger
+                    and the links see). A GPU's tensor cores make it several times faster; a puzzle that wants
+                    that on the clock says so in its cost model.
 
     Formulas, for a buffer of n bytes and a group of N ranks (alpha = latency, beta = 1/bandwidth):
 
@@ -40,6 +44,8 @@ class CostModel:
         reduce_scatter  (N-1)*alpha + (N-1)/N * n*beta       n = the input (full) buffer
         broadcast       (N-1)*alpha + n*beta                 (pipelined along the ring)
         barrier         2(N-1)*alpha                         (an all_reduce of nothing)
+        all_to_all      (N-1)*alpha + n*beta                 n = the most bytes any rank sends or receives
+                                                             from the others (pairwise exchanges, N-1 steps)
 
     A group of one rank communicates with nobody and costs nothing. Bandwidth terms are rounded up to a whole tick;
     `bytes_per_tick=None` makes them zero (free messages, for exact textbook figures such as a pipeline's bubble).
@@ -48,14 +54,18 @@ class CostModel:
     flops_per_tick: int = 1000
     latency_ticks: int = 1000
     bytes_per_tick: int | None = 10  # None: infinite bandwidth, a message costs its latency only
+    half_precision_speedup: int = 1
 
     def __post_init__(self):
-        if self.flops_per_tick <= 0 or self.latency_ticks < 0 or (
+        if self.flops_per_tick <= 0 or self.latency_ticks < 0 or self.half_precision_speedup < 1 or (
                 self.bytes_per_tick is not None and self.bytes_per_tick <= 0):
             raise ValueError(f"CostModel needs positive rates and a non-negative latency, got {self}")
 
-    def compute_ticks(self, flops: int) -> int:
-        return -(-flops // self.flops_per_tick)
+    def compute_ticks(self, flops: int, dtype: torch.dtype | None = None) -> int:
+        rate = self.flops_per_tick
+        if dtype in (torch.float16, torch.bfloat16):
+            rate *= self.half_precision_speedup
+        return -(-flops // rate)
 
     def comm_ticks(self, kind: str, nbytes: int, group_size: int) -> int:
         """Ticks that one communication op occupies the comm stream of every rank taking part."""
@@ -72,6 +82,8 @@ class CostModel:
             return (n - 1) * a + self._wire(nbytes)
         if kind == "barrier":
             return 2 * (n - 1) * a
+        if kind in ("all_to_all_single", "all_to_all"):
+            return (n - 1) * a + self._wire(nbytes)
         if kind == "new_group":
             return 0
         raise ValueError(f"no cost formula for {kind!r}")
@@ -79,8 +91,8 @@ class CostModel:
     def wire_bytes(self, kind: str, nbytes: int, group_size: int) -> int:
         """Bytes each rank sends under the ring algorithm (the 'communication volume' of the ZeRO paper)."""
         n = group_size
-        if kind in ("send", "recv", "broadcast"):
-            return nbytes
+        if kind in ("send", "recv", "broadcast", "all_to_all_single", "all_to_all"):
+            return nbytes  # an all-to-all's caller passes what this rank sends to the others
         if n <= 1:
             return 0
         if kind == "all_reduce":
@@ -135,6 +147,12 @@ def phase() -> str:
 
 
 _FORMULAS: dict = {}
+
+
+def op_dtype(out) -> torch.dtype | None:
+    """The dtype an op computed in (its first output's), for the half-precision rate of the cost model."""
+    first = out[0] if isinstance(out, (list, tuple)) and out else out
+    return first.dtype if isinstance(first, torch.Tensor) else None
 
 
 def op_flops(func, args, kwargs, out) -> int:

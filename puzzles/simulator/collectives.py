@@ -8,6 +8,11 @@ data by plain tensor copies. Say three ranks hold a, b and c:
     all_gather              [a]        [b]        [c]         ->  [a,b,c]    [a,b,c]    [a,b,c]
     reduce_scatter_tensor   [a0 a1 a2] [b0 b1 b2] [c0 c1 c2]  ->  [a0+b0+c0] [a1+b1+c1] [a2+b2+c2]
     broadcast (from rank 0) [a]        [.]        [.]         ->  [a]        [a]        [a]
+    all_to_all_single       [a0 a1 a2] [b0 b1 b2] [c0 c1 c2]  ->  [a0 b0 c0] [a1 b1 c1] [a2 b2 c2]
+
+An all-to-all is a transpose across ranks: rank j ends with every rank's j-th chunk. Its chunks may differ in
+size (a mixture of experts sends each expert the tokens routed to it): each rank says how many rows it sends to
+each rank (input_split_sizes) and receives from each (output_split_sizes), and the two must agree pairwise.
 
 An all-reduce is a reduce-scatter followed by an all-gather: that is how the ring algorithm of NCCL and gloo runs
 it, and why it costs twice the traffic of either (clock.py has the costs).
@@ -101,6 +106,23 @@ class _flat:
     def __exit__(self, *exc):
         if not self.t.is_contiguous():
             self.t.copy_(self.flat.view(self.t.shape))
+
+
+def _all_to_all_single(calls):
+    """[a0 a1 a2] [b0 b1 b2] [c0 c1 c2] -> [a0 b0 c0] [a1 b1 c1] [a2 b2 c2]: rank j ends with every rank's j-th
+    chunk, in rank order. Chunks are rows (dim 0) of the sizes each rank gave: `in_splits`, what it sends to each
+    rank; `out_splits`, what it receives from each."""
+    for j, dst in enumerate(calls):
+        received = dst.output.data.split(dst.out_splits)
+        for i, src in enumerate(calls):
+            received[i].copy_(src.input.data.split(src.in_splits)[j])
+
+
+def _all_to_all(calls):
+    """The list form of all_to_all_single: rank j's output_tensor_list[i] gets rank i's input_tensor_list[j]."""
+    for j, dst in enumerate(calls):
+        for i, src in enumerate(calls):
+            dst.output_list[i].data.copy_(src.input_list[j])
 
 
 def _broadcast(calls):

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _broadcast, _Call, _nothing,
-                              _reduce_scatter_tensor)
-from .types import (NON_GROUP_MEMBER, AutogradWriteError, NonContiguousError, P2POp, ProcessGroup, ReduceOp, Work,
-                    _desc, _reduce_op, check_reduce_dtype)
+from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _all_to_all, _all_to_all_single,
+                          _broadcast, _Call, _nothing, _reduce_scatter_tensor)
+from .handles import _overlaps
+from .types import (NON_GROUP_MEMBER, AutogradWriteError, NonContiguousError, OverlapError, P2POp, ProcessGroup,
+                    ReduceOp, Work, _desc, _reduce_op, check_reduce_dtype)
 
 if TYPE_CHECKING:
     from .world import World
@@ -174,6 +175,10 @@ class SimDist:
             return
         if what in ("send", "isend"):
             gloo, how = "refuse it", f"send a contiguous copy instead: dist.{what}(t.contiguous(), ...)"
+        elif what.startswith("all_to_all"):
+            gloo, how = "refuse it (\"Tensors must be contiguous\")", (
+                "send a contiguous copy (`t.contiguous()`), and receive into a contiguous buffer, then copy it into "
+                "place")
         elif what in ("recv", "irecv"):
             gloo, how = "refuse it", (f"receive into a contiguous buffer, then copy it into place: "
                                       f"buf = torch.empty(t.shape, dtype=t.dtype); dist.{what}(buf, ...); t.copy_(buf)")
@@ -271,10 +276,99 @@ class SimDist:
                      nbytes=_nbytes(tensor), tensor=tensor, is_root=is_root)
         return self._world.collective(self._me, call, group, async_op)
 
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                          async_op=False):
+        """Rank j's `output` gets, from each rank i, the rows of i's `input` meant for j (collectives.py)."""
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("all_to_all_single")
+        g, what = group or self._world.WORLD, "all_to_all_single"
+        n, me = self._size(group), g.ranks.index(self._me.rank) if self._me.rank in g.ranks else 0
+        for t in (output, input):
+            self._check_contiguous(t, what)
+        if output.dtype != input.dtype or output.shape[1:] != input.shape[1:]:
+            raise ValueError(f"{what} on rank {self._me.rank}: the output {_desc(output)} must hold rows shaped "
+                             f"and typed like the input's {_desc(input)}")
+        if _overlaps(output, input):
+            raise OverlapError(f"rank {self._me.rank} passed an output that overlaps its input to {what} at "
+                               f"{self._world.site()}: gloo overwrites the input while it still sends it (wrong "
+                               f"values). Receive into a buffer of its own: out = torch.empty_like(x).")
+        ins = self._splits(input, input_split_sizes, n, "input", what)
+        outs = self._splits(output, output_split_sizes, n, "output", what)
+        row = input[0].numel() * input.element_size() if input.dim() else input.element_size()
+        call = _Call(what, _all_to_all_single, {"dtype": str(input.dtype).replace("torch.", ""),
+                                                "rows": list(input.shape[1:])},
+                     reads=[input], writes=[output], nbytes=_nbytes(input), input=input, output=output,
+                     in_splits=ins, out_splits=outs, sent=(sum(ins) - ins[me]) * row,
+                     received=(sum(outs) - outs[me]) * row, agree=_splits_agree)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def all_to_all(self, output_tensor_list, input_tensor_list, group=None, async_op=False):
+        """Rank j's output_tensor_list[i] gets rank i's input_tensor_list[j] (all of one shape, as gloo wants)."""
+        if group is NON_GROUP_MEMBER:
+            return self._not_in_group("all_to_all")
+        g = group or self._world.WORLD
+        n, me = self._size(group), g.ranks.index(self._me.rank) if self._me.rank in g.ranks else 0
+        if len(output_tensor_list) != n or len(input_tensor_list) != n:
+            raise ValueError(f"all_to_all on rank {self._me.rank}: both lists must hold {n} tensors (one per rank), "
+                             f"got {len(output_tensor_list)} outputs and {len(input_tensor_list)} inputs")
+        for t in (*output_tensor_list, *input_tensor_list):
+            self._check_contiguous(t, "all_to_all")
+        shapes = {(tuple(t.shape), t.dtype) for t in (*output_tensor_list, *input_tensor_list)}
+        if len(shapes) > 1:  # gloo: "ProcessGroupGloo::alltoall: invalid tensor size at index 1"
+            raise ValueError(f"all_to_all on rank {self._me.rank} at {self._world.site()}: every tensor of both "
+                             f"lists must have one shape and dtype (gloo refuses others), got "
+                             f"{sorted({_desc(t) for t in (*output_tensor_list, *input_tensor_list)})}. For an "
+                             f"uneven exchange use all_to_all_single with output_split_sizes and input_split_sizes.")
+        sizes = [_nbytes(t) for t in input_tensor_list]
+        call = _Call("all_to_all", _all_to_all, {"dtype": str(input_tensor_list[0].dtype).replace("torch.", "")},
+                     reads=list(input_tensor_list), writes=list(output_tensor_list), nbytes=sum(sizes),
+                     input_list=list(input_tensor_list), output_list=list(output_tensor_list),
+                     sent=sum(sizes) - sizes[me],
+                     received=sum(_nbytes(t) for t in output_tensor_list) - _nbytes(output_tensor_list[me]),
+                     agree=_lists_agree)
+        return self._world.collective(self._me, call, group, async_op)
+
+    def _splits(self, t, sizes, n: int, which: str, what: str) -> list[int]:
+        """The rows of `t` for each rank: `sizes` as given (n whole numbers that add up to t's rows), or n equal
+        parts."""
+        rows = t.shape[0] if t.dim() else 1
+        if sizes is None:
+            if rows % n:
+                raise ValueError(f"{what} on rank {self._me.rank}: the {which} has {rows} rows, which do not split "
+                                 f"into {n} equal parts; give {which}_split_sizes")
+            return [rows // n] * n
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != n or min(sizes) < 0 or sum(sizes) != rows:
+            raise ValueError(f"{what} on rank {self._me.rank}: {which}_split_sizes={sizes} must be {n} sizes, "
+                             f"one per rank, adding up to the {which}'s {rows} rows")
+        return sizes
+
     def barrier(self, group=None, async_op=False, device_ids=None):
         if group is NON_GROUP_MEMBER:
             return self._not_in_group("barrier")
         return self._world.collective(self._me, _Call("barrier", _nothing, {}), group, async_op)
+
+
+def _splits_agree(calls) -> str | None:
+    """What rank i sends to rank j must be what j expects from i (None when every pair agrees)."""
+    for i, src in enumerate(calls):
+        for j, dst in enumerate(calls):
+            if src.in_splits[j] != dst.out_splits[i]:
+                return (f"rank {src.rank} sends {src.in_splits[j]} rows to rank {dst.rank} (input_split_sizes "
+                        f"{src.in_splits} at {src.site}), but rank {dst.rank} expects {dst.out_splits[i]} rows from "
+                        f"rank {src.rank} (output_split_sizes {dst.out_splits} at {dst.site}). Send the counts first "
+                        f"(an all_to_all_single of one number per rank), then size each side from them.")
+    return None
+
+
+def _lists_agree(calls) -> str | None:
+    for i, src in enumerate(calls):
+        for j, dst in enumerate(calls):
+            a, b = src.input_list[j], dst.output_list[i]
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return (f"rank {src.rank} sends a {_desc(a)} tensor to rank {dst.rank} (at {src.site}), but rank "
+                        f"{dst.rank} receives it into a {_desc(b)} tensor (at {dst.site})")
+    return None
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -110,6 +110,13 @@ class _Matching:
     def _complete(self, coll: _Collective) -> None:
         calls = [coll.calls[r] for r in coll.group.ranks]
         coll.calls.clear()  # waiting ranks hold `coll` until they resume: it must not keep the others' tensors alive
+        agree = getattr(calls[0], "agree", None)  # what must agree between pairs of ranks (an all-to-all's sizes)
+        problem = agree(calls) if agree is not None else None
+        if problem:
+            with self._mutex:
+                self._fail_locked(CollectiveMismatchError(f"ranks met in {coll.where()} with sizes that do not "
+                                                          f"match: {problem}"))
+            raise _Abort
         with self.untracked(self.ranks[self.current_rank()]):
             _snapshot_aliased_inputs(calls)
             calls[0].exchange(calls)
@@ -119,9 +126,12 @@ class _Matching:
                 c.work._finish(self.ranks[c.rank].clock.compute)
             return
         start = max(max(c.issued, self.ranks[c.rank].clock.comm) for c in calls)
-        end = start + self.cost.comm_ticks(coll.name, calls[0].nbytes, n)
-        wire = self.cost.wire_bytes(coll.name, calls[0].nbytes, n)
+        if hasattr(calls[0], "sent"):  # an all-to-all: each rank moves its own amount; the busiest one sets the time
+            end = start + self.cost.comm_ticks(coll.name, max(max(c.sent, c.received) for c in calls), n)
+        else:
+            end = start + self.cost.comm_ticks(coll.name, calls[0].nbytes, n)
         for c in calls:
+            wire = self.cost.wire_bytes(coll.name, c.sent if hasattr(c, "sent") else c.nbytes, n)
             clock = self.ranks[c.rank].clock
             clock.comm = end
             clock.events.append(Event(c.rank, "comm", coll.name, start, end, nbytes=c.nbytes, wire_bytes=wire,

@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import guards
-from .clock import follow_labels, op_flops, phase
+from .clock import follow_labels, op_dtype, op_flops, phase
 from .types import IsolationError, _Abort
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class _RankMode(TorchDispatchMode):
                 world.storage.adopt(st, me.rank, world.sites.allocation_site())
         flops = op_flops(func, args, kwargs, out)
         if flops:
-            me.clock.run_compute(me.rank, world.cost.compute_ticks(flops), flops, phase(),
+            me.clock.run_compute(me.rank, world.cost.compute_ticks(flops, op_dtype(out)), flops, phase(),
                                  me.labels[-1] if me.labels else "")
             me.flops += flops
         return out

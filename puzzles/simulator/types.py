@@ -64,6 +64,11 @@ class RankThreadError(SimError):
     started, or after its run had ended."""
 
 
+class OverlapError(SimError, ValueError):
+    """An all-to-all whose output overlaps its input: gloo overwrites the input while it still sends it (measured:
+    wrong values), so the output must be a buffer of its own."""
+
+
 class AutogradWriteError(SimError, RuntimeError):
     """A collective would write, in place, into a tensor that requires grad while autograd records (or read from
     one): gloo copies through views of its own there, which autograd refuses with a RuntimeError."""

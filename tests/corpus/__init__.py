@@ -12,6 +12,7 @@ relation between the two runs written next to it (case.py says what the relation
     groups.py      sub-groups from new_group, members and non-members
     errors.py      mismatched collectives, ranks that return early or raise, threads
     autograd.py    collectives on tensors that require grad (gloo refuses the gathers and reduce-scatter)
+    all_to_all.py  all_to_all_single (even, uneven, counts then rows) and all_to_all, and what gloo refuses
     gloo_results.json  what gloo did with each case (python bench/bench_corpus.py --write records it)
 
 Every case function is module-level, so that each gloo process imports it by name. tests/test_sim_corpus.py

@@ -22,7 +22,8 @@ from puzzles import sim
 
 from .case import CASES, DIED, HUNG, LOOSER, LOST, RAISED, REFUSED, RETURNED, RIGHT, SAME, STRICTER, WRONG, Case
 
-TOPICS = ("collectives", "aliasing", "layouts", "reduce_ops", "p2p", "handles", "groups", "errors", "autograd")
+TOPICS = ("collectives", "aliasing", "layouts", "reduce_ops", "p2p", "handles", "groups", "errors", "autograd",
+          "all_to_all")
 RECORD = Path(__file__).with_name("gloo_results.json")
 TIMEOUT = 30.0  # seconds a case may take on gloo
 HANG_TIMEOUT = 1.0  # gloo's time limit for the cases where a rank may wait in vain (their ops take milliseconds)

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from puzzles.simulator import guards
-from puzzles.simulator.clock import CostModel, Event, RankClock, follow_labels, op_flops, phase
+from puzzles.simulator.clock import CostModel, Event, RankClock, follow_labels, op_dtype, op_flops, phase
 from puzzles.simulator.memory import Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
 
 
@@ -55,14 +55,27 @@ COMM_OPS = {
     "reduce_": ("reduce", 0),
     "gather_": ("gather", 1),
     "scatter_": ("scatter", 0),
-    "alltoall_": ("all_to_all", 0),
-    "alltoall_base_": ("all_to_all_single", 0),
+    "alltoall_": ("all_to_all", 1),
+    "alltoall_base_": ("all_to_all_single", 1),
     "send": ("send", 0),
     "recv_": ("recv", 0),
     "recv_any_source_": ("recv", 0),
     "barrier": ("barrier", None),
     "monitored_barrier_": ("barrier", None),
 }
+
+
+def _all_to_all_sent(name: str, args, me: int, n: int, nbytes: int) -> int:
+    """What an all-to-all sends to the other ranks (the simulator's wire bytes): its input less the part it keeps.
+    Any other op: `nbytes` itself, which the cost model turns into wire bytes."""
+    if name == "alltoall_base_":
+        inp, splits = args[1], list(args[4])
+        rows = inp.shape[0] if inp.dim() else 1
+        kept = splits[me] if splits else rows // n
+        return nbytes - kept * (nbytes // rows if rows else 0)
+    if name == "alltoall_":
+        return nbytes - _nbytes(args[1][me])
+    return nbytes
 
 
 def _process_group_of(args):
@@ -238,7 +251,7 @@ class ProcessTracker(TorchDispatchMode):
                     self.storage.adopt(st, self.rank, self.sites.allocation_site())
         flops = op_flops(func, args, kwargs, out)
         if flops:
-            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops), flops, phase(),
+            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops, op_dtype(out)), flops, phase(),
                                    self.labels[-1] if self.labels else "")
             self.flops += flops
         return out
@@ -268,9 +281,10 @@ class ProcessTracker(TorchDispatchMode):
             out = func(*args, **kwargs)
         self.waiting = None
         nbytes = _nbytes(args[which]) if which is not None else 0
+        sent = _all_to_all_sent(name, args, ranks.index(self.rank) if self.rank in ranks else 0, len(ranks), nbytes)
         tick = self.clock.compute
         self.clock.events.append(Event(self.rank, "comm", kind, tick, tick, nbytes=nbytes,
-                                       wire_bytes=self.cost.wire_bytes(kind, nbytes, len(ranks)),
+                                       wire_bytes=self.cost.wire_bytes(kind, sent, len(ranks)),
                                        phase=phase(),
                                        peers=peers, site=site, label=self.labels[-1] if self.labels else ""))
         return out
