@@ -18,6 +18,7 @@ from puzzles.sim import CostModel
 from ..core.compare import ratio, values_check
 from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
+from ..core.rules import BOOKKEEPING_BYTES, compute_check
 from ..core.spec import Observation, PuzzleSpec
 
 B, D, H, L, K = 256, 32, 128, 16, 4
@@ -27,8 +28,7 @@ A = B * (D + 2 * H) * BYTES  # what autograd saves for one block: x @ w1 and gel
 W = 2 * L * D * H * BYTES  # the weights (and, as much again, their gradients)
 WORKSPACE = 2 * B * H * BYTES  # the backward's temporaries: gradients of [B, h] activations
 FLOPS_PER_TICK = 4096
-MATMUL_TICKS = 2 * B * D * H // FLOPS_PER_TICK  # every matmul of a block, forward or backward, is B x d x h
-F = 2 * MATMUL_TICKS  # a block's forward: two matmuls (its backward: four, with the input's gradient)
+F = 2 * (2 * B * D * H)  # a block's forward in FLOPs: two matmuls of B x d x h (its backward: four, 2F)
 COST = CostModel(flops_per_tick=FLOPS_PER_TICK)
 
 
@@ -248,7 +248,7 @@ class Checkpointing(PuzzleSpec):
 
         def run(dist, x, target, layers, k):
             before = memory_now()
-            saved, y = fwd(x, layers, k)
+            saved, y = forward_result(fwd(x, layers, k), "checkpointed_forward", target)
             kept = memory_now() - before
             return {**loss_and_backward(y, target, layers, lambda grad_y: bwd(saved, layers, k, grad_y)),
                     "kept": kept}
@@ -258,13 +258,14 @@ class Checkpointing(PuzzleSpec):
     def budgets(self, inputs):
         k = inputs["k"]
         return {
-            "checkpoint bytes": Budget("checkpoint bytes", "(L/k + 1)·C bytes (the L/k checkpoints and y; "
-                                       "C = B·d·8)", (L // k + 1) * C, "bytes"),
+            "checkpoint bytes": Budget("checkpoint bytes", f"(L/k + 1)·C + {BOOKKEEPING_BYTES:,} bytes (the L/k "
+                                       "checkpoints and y; C = B·d·8; plus scalars)",
+                                       (L // k + 1) * C + BOOKKEEPING_BYTES, "bytes"),
             "peak memory": Budget("peak memory", "W + G + 2·C + (L/k)·C + 2·C + k·A + 2·B·h·8 bytes "
                                   "(A = B·(d+2h)·8)", 2 * W + 2 * C + (L // k) * C + 2 * C + k * A + WORKSPACE,
                                   "bytes"),
-            "compute": Budget("compute", "4·L·F ticks (serial forward and backward 3·L·F, plus one forward; "
-                              f"F = {F:,} ticks a block's forward)", 4 * L * F, "ticks"),
+            "compute": Budget("compute", "4·L·F (serial forward and backward 3·L·F, plus one forward; "
+                              f"F = 4·B·d·h = {F:,} a block's forward)", 4 * L * F, "count"),
         }
 
     def check(self, obs: Observation, ref, inputs):
@@ -280,15 +281,7 @@ class Checkpointing(PuzzleSpec):
                             f"before it ({kept / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
                             measured=kept, budget=b, diagnosis="" if ok else self.diagnose_kept(kept, k)))
         checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
-        ticks = obs.busy_ticks(0)
-        b = budgets["compute"]
-        ok = ticks <= b.value
-        extra = (ticks - 3 * L * F) / (L * F)
-        checks.append(Check("compute", ok,
-                            f"your forward and backward took {fmt(ticks, 'ticks')} of compute, "
-                            f"{'within' if ok else 'over'} the budget {b.describe()}: serial forward and backward "
-                            f"are {fmt(3 * L * F, 'ticks')}, so you spent {extra:.2f} forwards more",
-                            measured=ticks, budget=b, diagnosis="" if ok else self.diagnose_compute(ticks, k)))
+        checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k)))
         return checks
 
     @staticmethod
@@ -304,7 +297,7 @@ class Checkpointing(PuzzleSpec):
 
     @staticmethod
     def diagnose_peak(obs, kept, k) -> str:
-        if kept > (L // k + 1) * C:
+        if kept > (L // k + 1) * C + BOOKKEEPING_BYTES:
             return "the peak follows from what the forward kept (see checkpoint bytes)"
         blocks = (obs.peak_bytes[0] - (2 * W + 4 * C + (L // k) * C)) / A
         return (f"about {blocks:.0f} blocks' activations were alive at once, although the forward kept only the "
@@ -312,14 +305,31 @@ class Checkpointing(PuzzleSpec):
                 f"its graph and output go before recomputing the next")
 
     @staticmethod
-    def diagnose_compute(ticks, k) -> str:
-        blocks = (ticks - 3 * L * F) // F
+    def diagnose_compute(fwd, bwd, k) -> str:
+        """From the forward FLOPs outside backward (the forward and the recomputations) and those inside it."""
+        if bwd > 2 * L * F:
+            return (f"the backward ran {bwd / (2 * F):.0f} blocks' backwards for {L} blocks: some segment was "
+                    f"backpropagated more than once")
+        blocks = round((fwd - L * F) / F)
         quadratic = k * (L // k) * (L // k + 1) // 2
         if blocks == quadratic:
             return (f"you recomputed {blocks} blocks instead of {L}: each segment was recomputed from the stack's "
                     f"input instead of from its own checkpoint")
-        return (f"you recomputed {blocks} blocks' forwards; checkpointing needs each block recomputed once "
+        return (f"besides the forward, you ran {blocks} blocks' forwards; checkpointing recomputes each block once "
                 f"({L} blocks)")
+
+
+def forward_result(result, name: str, target):
+    """The (saved, y) a forward returned, or an error that says what it returned instead."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"{name} must return a pair (saved, y); it returned {type(result).__name__}"
+                        + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""))
+    saved, y = result
+    if not isinstance(y, torch.Tensor) or y.shape != target.shape:
+        got = f"shape {list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise TypeError(f"{name} must return y, the stack's output [{target.shape[0]}, {target.shape[1]}], as the "
+                        f"second item of (saved, y); it returned {got}")
+    return saved, y
 
 
 SPEC = Checkpointing()

@@ -4,7 +4,7 @@ input gradient (its w1_r sees only its columns)."""
 import torch
 import torch.nn.functional as F
 
-EXPECTED_FAILURES = {"input gradient", "weight gradients", "backward all-reduces"}
+EXPECTED_FAILURES = {"input gradient", "weight gradients"}
 DIAGNOSIS = "f's backward must all-reduce"
 
 
