@@ -111,8 +111,8 @@ class DataParallel(PuzzleSpec):
                     f"some gradient was all-reduced more than once (a hook registered twice, or all-reduced in a "
                     f"hook and again after backward?)")
         if others:
-            return (f"besides all-reduces, rank {rank} used {', '.join(others)}: averaging the gradients needs only "
-                    f"their sum over the ranks (all_reduce, or reduce_scatter_tensor then all_gather_into_tensor, "
+            return (f"rank {rank} used {', '.join(others)}, which sent more than the gradients' sum needs: averaging "
+                    f"the gradients takes an all_reduce (or a reduce_scatter_tensor then an all_gather_into_tensor, "
                     f"which send the same bytes)")
         return ""
 

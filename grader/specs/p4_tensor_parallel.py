@@ -152,6 +152,9 @@ class TensorParallel(PuzzleSpec):
         if key == "grads" and all(m.meta[1] != L - 1 for m in bad):
             return ("the last block's weight gradients are right but earlier blocks' are not: the gradient "
                     "flowing back down the residual stream is wrong; check f's backward")
+        if key == "x_grad" and all(g.get("x_grad") is None for g in got):
+            return ("x.grad is None on every rank: the graph that tp_forward built does not reach x (was x "
+                    "detached, or replaced, before the first block?)")
         if key == "x_grad" and self.ranks_disagree(got, "x_grad"):
             return ("the ranks disagree on x.grad: each rank's dL/dx is a partial sum (its w1_r sees only its "
                     "columns), so f's backward must all-reduce it")
@@ -180,11 +183,11 @@ class TensorParallel(PuzzleSpec):
                     "moves only the [B, d] activations, with one all-reduce per block each way")
         count = by_kind.get("all_reduce", (0, 0))[0]
         if count == 2 * L and phase == "forward":
-            return ("two all-reduces per block in forward: all-reduce in both f and g (or twice in g)? f's forward "
-                    "is the identity (every rank already holds the whole x); only g's forward all-reduces")
+            return ("two all-reduces per block in forward: f's forward all-reduces as well as g's, or g's all-reduces "
+                    "twice (the output check says which). f's forward is the identity; only g's all-reduces")
         if count == 2 * L:
-            return ("two all-reduces per block in backward: g's backward all-reduces too? It is the identity (every "
-                    "rank already holds the whole dL/dy)")
+            return ("two all-reduces per block in backward: g's backward all-reduces as well as f's, or f's "
+                    "all-reduces twice (the gradient checks say which). g's backward is the identity")
         return ""
 
     def memory_check(self, obs, budget) -> Check:

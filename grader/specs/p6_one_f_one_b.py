@@ -78,6 +78,9 @@ class OneFOneB(PipelineSpec):
             return (f"rank {rank} began {forwards} microbatch forwards for m = {M} microbatches: forwards ran again "
                     f"(recomputation?), so its count of what it holds never comes down. 1F1B keeps each "
                     f"microbatch's activations until its backward and runs each forward once")
+        if ahead > P - rank and "FF" in sequence[ahead:]:
+            return (f"rank {rank} ran {ahead} forwards before its first backward, and later two forwards in a row "
+                    f"again: after the p-1-rank warm-up forwards, 1F1B alternates one forward and one backward")
         if ahead > P - rank:
             return (f"rank {rank} ran {ahead} forwards before its first backward; 1F1B runs p - rank = {P - rank}: "
                     f"{P - 1 - rank} warm-up forwards (p-1-rank), then the steady state's first forward, then a "
@@ -111,6 +114,9 @@ class OneFOneB(PipelineSpec):
                 f"backward is done")
 
     def diagnose_bubble(self, obs: Observation) -> str:
+        if any(most_held(self.sequence(obs, r))[0] > min(P - r, M) for r in range(P)):
+            return ("a rank held more microbatches than 1F1B does (see 1F1B schedule), and the ranks before it "
+                    "waited for their gradients")
         ahead = [self.forwards_before_first_backward(obs, r) for r in range(P)]
         want = [min(P - r, M) for r in range(P)]
         if None not in ahead and ahead != want and max(obs.busy_ticks(r) for r in range(P)) <= M * 3 * F_TICKS:

@@ -152,8 +152,8 @@ class Zero(PuzzleSpec):
         if sized_like(state - VECTOR, {"m, v": 2 * shard, "master, m, v": 3 * shard}):
             return (f"what rank {rank} held is the shards' state plus one full-size float64 vector (8Ψ = "
                     f"{fmt(VECTOR, 'bytes')}) that outlived the step. Is a shard a view of a flat buffer "
-                    f"(`flat[lo:hi]` keeps all of `flat` alive: take `.clone()`), or a flat gradient or weight "
-                    f"buffer kept as an attribute?")
+                    f"(`flat[lo:hi]` keeps all of `flat` alive: take `.clone()`), a master copy of all the weights, "
+                    f"or a flat gradient or weight buffer kept as an attribute?")
         if sized_like(state - 2 * VECTOR, {"m, v": 2 * shard, "master, m, v": 3 * shard}):
             return (f"what rank {rank} held is the shards' state plus two full-size float64 vectors (2·8Ψ): flat "
                     f"buffers of the gradient and of the weights kept between steps?")
@@ -177,8 +177,8 @@ class Zero(PuzzleSpec):
         rank = bad[0].meta[0]
         start = flat(inputs["layers"])
         mine = as_flat(got[rank], inputs["layers"])
-        if mine is None:
-            return ""  # not the weights' shapes: the message says what
+        if mine is None or not torch.isfinite(mine).all():
+            return ""  # not the weights' shapes, or not finite: the message says what
         narrow = [(e["kind"], e["nbytes"]) for e in obs.events_of(rank, "comm")
                   if e["kind"] != "recv" and e["nbytes"] in (4 * PSI, 4 * PSI // N)]
         if narrow:

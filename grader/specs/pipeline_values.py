@@ -120,7 +120,7 @@ def diagnose_malformed(meta, got, expected) -> str:
             return f"rank {rank} returned None; the step returns {CONTRACT}"
         if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype:
             return ""  # right shape, not finite: the message says where
-        return f"rank {rank} returned something else than {CONTRACT} (see the message)"
+        return f"rank {rank} returned something other than {CONTRACT} (see the message)"
     if got is None:
         return (f"rank {rank}'s layers[{j}].{which}.grad is None after the step: the grader hands every weight a "
                 f"zero .grad and backward adds into it. Was it set to None (zero_grad) or the weight replaced?")
@@ -183,6 +183,10 @@ def diagnose_rank(spec, top, bad, res, ref, inputs) -> str:
                 return (f"rank {top}'s input gradients are right, but its weight gradients hold microbatch {i}'s "
                         f"contribution only: w.grad was overwritten (or zeroed) instead of accumulating over the "
                         f"{M} microbatches. Backward adds into w.grad by itself: leave it alone between microbatches")
+        if [meta[1:] for meta in weights_off] == [(0, "w1")]:
+            return (f"rank {top}'s input gradients and weight gradients are right but for layers[0].w1.grad, the one "
+                    f"gradient computed from the stage's input activations themselves: were they overwritten before "
+                    f"their backward (one receive buffer reused for several microbatches)?")
         return (f"rank {top}'s input gradients are right, but {len(weights_off)} of its {2 * PER} weight gradients "
                 f"are not the sum of its microbatches' contributions. Was w.grad set, zeroed or replaced during the "
                 f"step, or a weight changed between a microbatch's forward and its backward?")

@@ -105,6 +105,14 @@ BACKWARD_MISTAKES = {
         (ID, AVG), (SUM, ID),
         f"the branch's input gradient is {N}x too small: f's backward averaged (ReduceOp.AVG or a division by "
         "the world size); the ranks' partial input gradients must be summed"),
+    "g_backward_divides": (
+        (ID, SUM), (SUM, ("id", 1 / N)),
+        f"the gradients through the MLP branch are exactly {N}x too small: g's backward divided the gradient by the "
+        f"world size. g's backward is the identity: every rank already holds the whole dL/dy"),
+    "f_backward_twice": (
+        (ID, TWICE), (SUM, ID),
+        f"the branch's input gradient is exactly {N}x too large: f's backward all-reduced twice (once the partial "
+        f"input gradients are summed, every rank holds the same tensor, and summing it again multiplies it by {N})"),
     "reduce_in_g_backward": (
         (ID, ID), (SUM, SUM),
         "the backward all-reduce is in g instead of f: g's backward should be the identity (every rank holds the "

@@ -4,6 +4,7 @@ input gradient (its w1_r sees only its columns)."""
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "f's backward is the identity (no all-reduce of the input gradient)"
 EXPECTED_FAILURES = {"input gradient", "weight gradients"}
 DIAGNOSIS = "f's backward must all-reduce"
 

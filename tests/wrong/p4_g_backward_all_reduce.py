@@ -4,6 +4,7 @@ holds the whole dL/dy, so the sum makes the gradient through every branch N time
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "g all-reduces in backward too"
 EXPECTED_FAILURES = {"input gradient", "weight gradients", "backward communication"}
 DIAGNOSIS = "g's backward all-reduces too"
 

@@ -4,6 +4,7 @@
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "g's forward does not all-reduce the partial outputs"
 EXPECTED_FAILURES = {"output", "input gradient", "weight gradients"}
 DIAGNOSIS = "g's forward must all-reduce"
 

@@ -7,6 +7,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "one warm-up forward too many (p-rank instead of p-1-rank)"
 EXPECTED_FAILURES = {"1F1B schedule", "stage-0 activation memory"}
 DIAGNOSIS = "Is the warm-up count off by one?"
 
