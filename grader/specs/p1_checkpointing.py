@@ -19,7 +19,7 @@ from ..core.compare import ratio, values_check
 from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, compute_check
-from ..core.spec import Observation, PuzzleSpec
+from ..core.spec import Observation, PuzzleSpec, pair_at
 
 B, D, H, L, K = 256, 32, 128, 16, 4
 BYTES = 8  # float64
@@ -70,7 +70,7 @@ def grad_pairs(results, ref) -> list:
     pairs = []
     for rank, res in enumerate(results):
         for i, (e1, e2) in enumerate(ref["grads"]):
-            g1, g2 = res["grads"][i] if i < len(res["grads"]) else (None, None)
+            g1, g2 = pair_at(res["grads"], i)
             pairs.append((f"rank {rank}: layers[{i}].w1.grad", g1, e1, (rank, i, "w1")))
             pairs.append((f"rank {rank}: layers[{i}].w2.grad", g2, e2, (rank, i, "w2")))
         pairs.append((f"rank {rank}: grad_x (what the backward returned)", res["grad_x"], ref["grad_x"],
@@ -106,7 +106,7 @@ def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
             return ("every weight's gradient is right but the backward returned None: return the gradient of the "
                     "first checkpoint (the .grad of segment 0's recomputed input)")
         return "every weight's gradient is right but grad_x is not: return the gradient of segment 0's input"
-    got = [g for pair in res["grads"] for g in pair]
+    got = [g for i in range(n_layers) for g in pair_at(res["grads"], i)]
     want = [g for pair in ref["grads"] for g in pair]
     if all(_close(g, e) for g, e in zip(got, [g for pair in ref["same_grad"] for g in pair])):
         return ("every segment was backpropagated from grad_y: only the last segment's output has that gradient. "

@@ -129,7 +129,8 @@ class DataParallel(PuzzleSpec):
             return ("the weights did not change: update them in place (`w -= lr * w.grad` under torch.no_grad()), "
                     "not by rebinding a name")
         grads = results[rank].get("grads") or []
-        grad = grads[index][k] if index < len(grads) and len(grads[index]) == 2 else None
+        pair = grads[index] if index < len(grads) else None
+        grad = pair[k] if isinstance(pair, (tuple, list)) and len(pair) == 2 else None
         mean = ref["grads"][index][k]
         f = ratio(delta, ref["layers"][index][k] - w0)
         if f is not None and abs(f - N) < 1e-6:

@@ -17,7 +17,7 @@ from puzzles.sim import CostModel
 from ..core.compare import values_check
 from ..core.result import Budget, Check, fmt
 from ..core.rules import communication_check, compute_check
-from ..core.spec import Observation, PuzzleSpec
+from ..core.spec import Observation, PuzzleSpec, pair_at
 from .tensor_parallel_mistakes import (BACKWARD_MISTAKES, FORWARD_MISTAKES, MODEL_TOL, B, D, H, HS, L, Models, N,
                                        matches, shard)
 
@@ -115,9 +115,8 @@ class TensorParallel(PuzzleSpec):
     def grad_pairs(got, ref):
         pairs = []
         for r in range(N):
-            grads = got[r].get("grads") or []
             for i in range(L):
-                pair = grads[i] if i < len(grads) and isinstance(grads[i], (tuple, list)) else (None, None)
+                pair = pair_at(got[r].get("grads"), i)
                 cols, rows = f"[:, {r * HS}:{(r + 1) * HS}]", f"[{r * HS}:{(r + 1) * HS}, :]"
                 expected = ref["grads"][r][i]
                 pairs.append((f"rank {r}: shards[{i}].w1.grad (serial w1.grad{cols})", pair[0], expected[0],

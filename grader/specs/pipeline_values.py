@@ -18,7 +18,7 @@ from puzzles.sim import CostModel
 
 from ..core.compare import ratio, tensor_mismatch
 from ..core.rules import flops
-from ..core.spec import Observation
+from ..core.spec import Observation, pair_at
 
 P, M, B, D, H, L = 4, 8, 64, 64, 256, 8
 PER = L // P  # blocks per stage
@@ -55,10 +55,9 @@ def value_pairs(obs: Observation, ref) -> tuple[list, list]:
     grad_pairs, input_pairs = [], []
     for r, res in enumerate(obs.results):
         res = res if isinstance(res, dict) else {}
-        got = res.get("grads") if isinstance(res.get("grads"), (list, tuple)) else []
         for j in range(PER):
             k = r * PER + j
-            pair = got[j] if j < len(got) and isinstance(got[j], (list, tuple)) and len(got[j]) == 2 else (None, None)
+            pair = pair_at(res.get("grads"), j)
             for which, g, e in (("w1", pair[0], ref["grads"][k][0]), ("w2", pair[1], ref["grads"][k][1])):
                 grad_pairs.append((f"rank {r}: layers[{j}].{which}.grad (block {k})", g, e, (r, j, which)))
         what = "dL/dx" if r == 0 else f"dL/d(stage {r} input)"
@@ -176,7 +175,7 @@ def diagnose_rank(spec, top, bad, res, ref, inputs) -> str:
                         f"rank {top + 1} sent through the activations of other microbatches ({shown}{more}). "
                         f"{spec.pairing_hint()}")
     elif weights_off:
-        got = res["grads"]
+        got = [pair_at(res["grads"], j) for j in range(PER)]
         for i in range(M):
             contribution = stage_grads(stage_layers, a[i], g[i], targets[i])[1]
             if all(close(got[j][k], contribution[j][k]) for j in range(PER) for k in range(2)):

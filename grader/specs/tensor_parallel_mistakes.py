@@ -128,8 +128,9 @@ def matches(got, expected, keys) -> bool:
 
     for key in keys:
         if key == "grads":
-            g = got.get("grads") or []
-            if len(g) != L or any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in g):
+            g = got.get("grads")
+            if not isinstance(g, (list, tuple)) or len(g) != L or any(
+                    not isinstance(p, (tuple, list)) or len(p) != 2 for p in g):
                 return False
             if not all(close(a, b) for pa, pb in zip(g, expected["grads"]) for a, b in zip(pa, pb)):
                 return False
