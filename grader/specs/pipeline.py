@@ -21,7 +21,7 @@ from puzzles.model import forward, init_layers, loss_fn, make_batch
 
 from ..core.compare import values_check
 from ..core.result import Budget, Check, fmt
-from ..core.rules import compute_check, work_sequence
+from ..core.rules import compute_check, flops, work_sequence
 from ..core.spec import Observation, PuzzleSpec
 from .pipeline_values import (B, COST, D, F_FLOPS, F_TICKS, H, L, M, MB, P, TOLERANCE, diagnose_values, stage_of,
                               value_pairs)
@@ -121,8 +121,12 @@ class PipelineSpec(PuzzleSpec):
 
     @staticmethod
     def sequence(obs: Observation, rank: int) -> str:
-        """'FFFFBFBF...': the rank's whole microbatch forwards (F) and backwards (2F), in order."""
-        return work_sequence(obs, rank, F_FLOPS, 2 * F_FLOPS)
+        """'FFFFBFBF...': the rank's whole microbatch forwards (F) and backwards (2F), in order. A rank whose
+        backwards are lighter (rank 0 skipping dL/dx, a wrong answer of its own) has its backwards counted as the
+        m equal parts of what it ran, so that the schedule still reads right."""
+        backward = flops(obs, rank, "backward")
+        unit = min(2 * F_FLOPS, backward // M) if backward else 2 * F_FLOPS
+        return work_sequence(obs, rank, F_FLOPS, max(unit, 1))
 
     @classmethod
     def forwards_before_first_backward(cls, obs: Observation, rank: int) -> int | None:
