@@ -3,6 +3,8 @@
     p1_checkpointing.py ... p8_zero.py   inputs from a seed, the serial reference, what each rank runs, the
                                          budgets (formulas with their numbers) and the checks with their diagnoses
     pipeline.py, pipeline_values.py      what p5 and p6 share: the stages, their checks, the value diagnosis
+    tensor_parallel_mistakes.py          p4's sizes, and the common mistakes replayed to name a wrong answer
+    checkpoint_taken_away.py             torch.utils.checkpoint switched off while p1 and p2 are graded
 
 A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
 (an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.utils.checkpoint as torch_checkpoint
 
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
@@ -20,6 +19,7 @@ from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, compute_check
 from ..core.spec import Observation, PuzzleSpec, pair_at
+from .checkpoint_taken_away import without_torch_checkpoint
 
 B, D, H, L, K = 256, 32, 128, 16, 4
 BYTES = 8  # float64
@@ -48,17 +48,19 @@ def serial(x, target, layers, k):
     same = []
     h = x.detach()
     with torch.no_grad():
-        starts = []
+        starts, after = [], [h]  # after[j]: the stack's activation after j blocks
         for i, (w1, w2) in enumerate(layers):
             if i % k == 0:
                 starts.append(h)
             h = forward(h, [(w1, w2)])
+            after.append(h)
     for s, start in enumerate(starts):
         seg = [(w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_())
                for w1, w2 in layers[s * k:(s + 1) * k]]
         forward(start, seg).backward(grad_y)
         same += [(w1.grad, w2.grad) for w1, w2 in seg]
-    return {"y": y.detach(), "loss": loss.detach(), "grads": grads, "grad_x": x0.grad, "same_grad": same}
+    return {"y": y.detach(), "loss": loss.detach(), "grads": grads, "grad_x": x0.grad, "same_grad": same,
+            "after": after}
 
 
 def detached(t):
@@ -81,9 +83,19 @@ def grad_pairs(results, ref) -> list:
 def output_check(results, ref) -> Check:
     pairs = []
     for rank, res in enumerate(results):
-        pairs.append((f"rank {rank}: y (what the forward returned)", res["y"], ref["y"]))
-        pairs.append((f"rank {rank}: loss (computed by the grader from your y)", res["loss"], ref["loss"]))
-    return values_check("output", pairs, "outputs and losses")
+        pairs.append((f"rank {rank}: y (what the forward returned)", res["y"], ref["y"], rank))
+        pairs.append((f"rank {rank}: loss (computed by the grader from your y)", res["loss"], ref["loss"], rank))
+    return values_check("output", pairs, "outputs and losses", lambda bad: diagnose_output(bad, results, ref))
+
+
+def diagnose_output(bad, results, ref) -> str:
+    """A y that is the stack's activation after another number of blocks says how many blocks the forward ran."""
+    y = results[bad[0].meta].get("y")
+    ran = next((j for j, h in enumerate(ref["after"]) if _close(y, h)), None)
+    if ran is None:
+        return ""
+    return (f"y is the stack's activation after {ran} blocks, not after all {len(ref['after']) - 1}: the forward "
+            f"ran blocks 0 to {ran - 1} only" if ran else "y is x itself: the forward ran no block")
 
 
 def _close(got, expected) -> bool:
@@ -96,6 +108,9 @@ def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
     rank = bad[0].meta[0]
     res = results[rank]
     n_layers = len(ref["grads"])
+    if not _close(res.get("y"), ref["y"]):
+        return ("the output is already wrong (see the output check): grad_y is computed from your y, and every "
+                "gradient follows from it. Fix the forward first")
     weights_bad = [m for m in bad if m.meta[0] == rank and m.meta[1] is not None]
     if any(m.got is None for m in weights_bad):
         return ("some weights have no gradient (.grad is None): recompute every segment with autograd on "
@@ -168,42 +183,6 @@ def peak_check(obs: Observation, budget: Budget, hint) -> Check:
         message += f". Largest at the peak: {largest_at_peak(obs.ledgers[r])}"
     return Check("peak memory", ok, message, measured=obs.peak_bytes[r], budget=budget,
                  diagnosis="" if ok else hint(r))
-
-
-# ---- taking torch.utils.checkpoint away
-
-
-class CheckpointingTakenAway(RuntimeError):
-    pass
-
-
-_TAKEN_AWAY = ("torch.utils.checkpoint is switched off while puzzle p1 is graded: the puzzle is to write "
-               "activation checkpointing by hand (keep every k-th block's input in checkpointed_forward, "
-               "recompute each segment with autograd on in checkpointed_backward)")
-
-
-def _refuse(*args, **kwargs):
-    raise CheckpointingTakenAway(_TAKEN_AWAY)
-
-
-class _RefusedFunction:
-    apply = staticmethod(_refuse)
-
-
-@contextlib.contextmanager
-def without_torch_checkpoint():
-    # The public names, and the two internals that `checkpoint` looks up when called, so that a reference bound
-    # before grading (`from torch.utils.checkpoint import checkpoint` in a notebook cell) is refused as well.
-    names = {"checkpoint": _refuse, "checkpoint_sequential": _refuse, "CheckpointFunction": _RefusedFunction,
-             "_checkpoint_without_reentrant_generator": _refuse}
-    saved = {n: getattr(torch_checkpoint, n) for n in names if hasattr(torch_checkpoint, n)}
-    try:
-        for n in saved:
-            setattr(torch_checkpoint, n, names[n])
-        yield
-    finally:
-        for n, v in saved.items():
-            setattr(torch_checkpoint, n, v)
 
 
 # ---- the puzzle

@@ -11,12 +11,14 @@ from __future__ import annotations
 from puzzles.sim import CostModel
 
 from ..core.result import Budget, Check, fmt
+from ..core.rules import BOOKKEEPING_BYTES, sent
 from ..core.spec import Observation
-from .p3_data_parallel import D, H, L, N, B, DataParallel
+from .p3_data_parallel import ALL_REDUCE_BYTES, B, D, H, L, N, DataParallel
 
 ROWS = B // N  # b: rows per rank
 COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=512)
 TOLERANCE_PERCENT = 5
+COMMUNICATION_BUDGET = ALL_REDUCE_BYTES + BOOKKEEPING_BYTES  # p3's
 
 # Compute of one step on one rank. Forward: 2 matmuls of 2·b·d·h FLOPs per block. Backward: 4 per block (input
 # gradient and weight gradient of each matmul), except block 0, whose input (the batch) needs no gradient: 3.
@@ -72,6 +74,8 @@ class Overlap(DataParallel):
         """Why communication did not hide behind backward, read off rank 0's two streams."""
         if max(obs.busy_ticks(r) for r in range(obs.world_size)) > compute_ticks():
             return "the ranks computed more than the step needs (see compute), and the step took longer"
+        if max(sum(b for _, b in sent(obs, r).values()) for r in range(obs.world_size)) > COMMUNICATION_BUDGET:
+            return "the ranks sent more than an all-reduce of the gradients (see communication), and it took longer"
         compute = sorted(obs.events_of(0, "compute"), key=lambda e: e["start"])
         backward = [e for e in compute if e["kind"] == "backward"]
         reduces = [e for e in obs.events_of(0, "comm") if e["kind"] != "recv" and e["nbytes"] > 8]  # not scalars

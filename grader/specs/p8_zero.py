@@ -167,9 +167,10 @@ class Zero(PuzzleSpec):
     @staticmethod
     def diagnose_communication(rank, by_kind) -> str:
         if by_kind.get("all_reduce", (0, 0))[1] >= DATA_PARALLEL_BYTES * K_STEPS:
-            return ("the full gradients were all-reduced, and the weights all-gathered on top: each rank needs "
-                    "only the average of its own shard of the gradient, which a reduce-scatter (half an "
-                    "all-reduce) gives it")
+            also = ", and the weights all-gathered on top" if any(k.startswith("all_gather") for k in by_kind) else ""
+            return (f"the all-reduces alone sent as much as all-reducing the full gradients{also}: each rank needs "
+                    f"only the average of its own shard of the gradient, which a reduce-scatter (half an all-reduce) "
+                    f"gives it")
         return ""
 
     def diagnose(self, bad, got, ref, inputs, obs: Observation) -> str:
