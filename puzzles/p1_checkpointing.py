@@ -1,4 +1,4 @@
-# Generated from solutions/p1_checkpointing.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 84e9a23e2772)
+# Generated from solutions/p1_checkpointing.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 9f47d982a99c)
 """Puzzle 1 — Activation checkpointing.
 
 To backpropagate through a block, autograd keeps what the block's forward computed: for our block
@@ -57,7 +57,9 @@ Checks (sizes: batch B = 256, d = 32, h = 128, L = 16 blocks, k = 4, float64 = 8
   - compute: at most the serial forward and backward plus one more forward, 4·L·F = 268,435,456 FLOPs, where
     F = 4·B·d·h = 4,194,304 FLOPs is one block's forward (two matmuls of 2·B·d·h FLOPs; its backward is four).
     FLOPs are counted by torch's own formulas, and only matmuls count; on the schedule chart (4,096 FLOPs a
-    tick) the budget is 65,536 ticks. Recomputing a segment twice, or from the stack's input, goes over it.
+    tick) the budget is 65,536 ticks. Recomputing a segment twice, or from the stack's input, goes over it. And
+    at least the serial forward and backward, 3·L·F = 201,326,592 FLOPs: matrix products written some other way
+    (products and sums of elements), which the FLOP count cannot see, are not allowed.
   - memory is what your tensors hold: keep everything as torch tensors (the grader refuses a tensor turned into
     a numpy array, a Python list or bytes, which its ledger could not see).
 

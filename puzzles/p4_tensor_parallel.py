@@ -1,4 +1,4 @@
-# Generated from solutions/p4_tensor_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ea114b71e799)
+# Generated from solutions/p4_tensor_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ef52f8a60764)
 """Puzzle 4 — Tensor parallel (the Megatron MLP).
 
 Data parallelism copies every weight onto every rank. When the weights themselves are too big for one device,
@@ -45,7 +45,8 @@ Checks (sizes: 4 ranks, batch B=32, d=64, h=512, L=3 blocks; W = 2·L·d·h·8 =
     (columns) and w2.grad (rows).
   - compute: each rank computes at most its 1/N share of the serial MLP, 12·B·d·h·L/N = 9,437,184 FLOPs (per
     block 2 forward and 4 backward matmuls of 2·B·d·h FLOPs, split N ways; only matmuls count): it multiplies
-    its own shards, never the full weights.
+    its own shards, never the full weights. No less either: matrix products written as products and sums of
+    elements, which the FLOP count cannot see, are not allowed.
   - forward communication: the bytes each rank sends outside backward, summed over every collective (ring
     algorithm), at most one all-reduce of a [B, d] activation per block, L·2(N-1)/N·B·d·8 = 73,728 bytes (g's).
   - backward communication: the same during backward, at most 73,728 bytes (f's).

@@ -1,4 +1,4 @@
-# Generated from solutions/p5_gpipe.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 18c7576d2351)
+# Generated from solutions/p5_gpipe.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 959d82cb3800)
 """Puzzle 5 — Pipeline parallel (GPipe).
 
 The model is too deep for one device, so it is cut into p = 4 *stages* of consecutive blocks, one stage per rank:
@@ -43,7 +43,9 @@ Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2
   - input gradients: every rank returns dL/d(its stage input), equal to the serial reference.
   - stage compute: each rank computes its own blocks only, each microbatch forward once and backward once:
     at most m·3F = 25,165,824 FLOPs, where F = 2·2·(2·8·64·256) = 1,048,576 FLOPs is one stage's forward of one
-    microbatch, 1,024 ticks (only matmuls count; a backward is 2F). No recomputation, and no running another stage's blocks.
+    microbatch, 1,024 ticks (only matmuls count; a backward is 2F). No recomputation, and no running another
+    stage's blocks. No less either: matrix products written as products and sums of elements, which the FLOP
+    count cannot see, are not allowed.
   - bubble: 1 - m·3F/makespan, the share of the step's makespan (on the simulated clock) that a stage's own
     work, m forwards and m backwards, leaves idle, at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points =
     27.8%. A perfect pipeline takes (m+p-1)·3F = 33,792 ticks, so this is a budget on the makespan: about

@@ -1,4 +1,4 @@
-# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest d5e1c77ce434)
+# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ececdc48b5f7)
 """Puzzle 6 — Pipeline parallel, one forward one backward (1F1B).
 
 GPipe (puzzle 5) runs every forward before any backward, so rank 0 keeps the activations of all m microbatches
@@ -40,7 +40,8 @@ stage's forward of one microbatch is F = 1,024 ticks, its backward 2F = 2,048 ti
 Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
   - stage gradients and input gradients: equal to the serial reference, as in puzzle 5.
   - stage compute: each rank's own blocks, each microbatch forward once and backward once, at most
-    m·3F = 25,165,824 FLOPs (F = 1,048,576 FLOPs, only matmuls count), as in puzzle 5: no recomputation.
+    m·3F = 25,165,824 FLOPs (F = 1,048,576 FLOPs, only matmuls count, and no less), as in puzzle 5: no
+    recomputation.
   - bubble: 1 - m·3F/makespan at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5.
   - 1F1B schedule: on every rank, the microbatches it holds (forwards begun minus backwards done, read off the
     FLOPs it computed: a forward of F outside backward, a backward of 2F inside it) never exceed p - rank: 4 on

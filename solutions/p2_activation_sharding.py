@@ -60,7 +60,8 @@ C = B·d·8 = 65,536 bytes is one whole [B, d] activation):
       2·B·h·8 = 524,288 bytes               the backward's temporaries
   - compute per rank: at most puzzle 1's, the serial forward and backward plus one more forward, 4·L·F =
     268,435,456 FLOPs (F = 4·B·d·h = 4,194,304 FLOPs a block's forward; only matmuls count). Rebuilding the
-    checkpoints from x instead of gathering them goes over it.
+    checkpoints from x instead of gathering them goes over it. And at least the serial forward and backward,
+    3·L·F = 201,326,592 FLOPs (matrix products written as products and sums of elements are not allowed).
   - memory is what your tensors hold: keep everything as torch tensors (the grader refuses a tensor turned into
     a numpy array, a Python list or bytes, which its ledger could not see).
 

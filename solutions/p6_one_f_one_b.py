@@ -39,7 +39,8 @@ stage's forward of one microbatch is F = 1,024 ticks, its backward 2F = 2,048 ti
 Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
   - stage gradients and input gradients: equal to the serial reference, as in puzzle 5.
   - stage compute: each rank's own blocks, each microbatch forward once and backward once, at most
-    m·3F = 25,165,824 FLOPs (F = 1,048,576 FLOPs, only matmuls count), as in puzzle 5: no recomputation.
+    m·3F = 25,165,824 FLOPs (F = 1,048,576 FLOPs, only matmuls count, and no less), as in puzzle 5: no
+    recomputation.
   - bubble: 1 - m·3F/makespan at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5.
   - 1F1B schedule: on every rank, the microbatches it holds (forwards begun minus backwards done, read off the
     FLOPs it computed: a forward of F outside backward, a backward of 2F inside it) never exceed p - rank: 4 on

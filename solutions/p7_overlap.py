@@ -40,8 +40,8 @@ The simulated machine (sizes: 4 ranks, batch 32 so b = 8 rows per rank, d=64, h=
 
 Checks:
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
-  - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 6,291,456 FLOPs (as in
-    puzzle 3: its own rows only).
+  - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 6,291,456 FLOPs, and at
+    least 6,029,312 (as in puzzle 3: its own rows only, with matmuls).
   - communication: the bytes each rank sends, at most those of an all-reduce of every gradient,
     2(N-1)/N·G + 1,024 = 1,573,888 bytes (G = 2·L·d·h·8 = 1,048,576 bytes; each gradient once, alone or in
     buckets, by all-reduces or by reduce-scatters and all-gathers; 1 KiB of room for scalars).

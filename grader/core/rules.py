@@ -31,21 +31,32 @@ def flops(obs: Observation, rank: int, kind: str | None = None) -> int:
     return sum(e["flops"] for e in obs.events_of(rank, "compute", kind))
 
 
-def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "compute") -> Check:
-    """Every rank computed at most budget.value FLOPs. `diagnose(rank, forward_flops, backward_flops)` may say
-    what the excess is, from its size."""
+def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "compute", least: int = 0) -> Check:
+    """Every rank computed at most budget.value FLOPs, and at least `least`: the matmuls its share of the work
+    cannot do without (fewer means work skipped, or done without matmuls, out of the FLOP count's sight).
+    `diagnose(rank, forward_flops, backward_flops)` may say what an excess is, from its size."""
     per_rank = [flops(obs, r) for r in range(obs.world_size)]
-    over = [r for r, f in enumerate(per_rank) if f > budget.value]
-    r = over[0] if over else max(range(obs.world_size), key=per_rank.__getitem__)
+    off = [r for r, f in enumerate(per_rank) if f > budget.value or f < least]
+    r = off[0] if off else max(range(obs.world_size), key=per_rank.__getitem__)
     fwd, bwd = flops(obs, r, "forward"), flops(obs, r, "backward")
-    ok = not over
+    ok = not off
     who = f"rank {r}" if obs.world_size > 1 else "your code"
+    if per_rank[r] < least:
+        verdict = f"below the {least:,} FLOPs that its share of the step cannot do without (budget {budget.describe()})"
+    else:
+        verdict = f"{'within' if ok else 'over'} the budget {budget.describe()} FLOPs"
     message = (f"{who} computed {per_rank[r]:,} FLOPs ({fwd:,} outside backward, {bwd:,} inside it; "
-               f"{per_rank[r] / budget.value:.2f}x the budget), {'within' if ok else 'over'} the budget "
-               f"{budget.describe()} FLOPs")
+               f"{per_rank[r] / budget.value:.2f}x the budget), {verdict}")
     if obs.world_size > 1:
         message += f". Per rank: {', '.join(f'{f:,}' for f in per_rank)} FLOPs"
-    diagnosis = "" if ok or diagnose is None else diagnose(r, fwd, bwd)
+    if ok:
+        diagnosis = ""
+    elif per_rank[r] < least:
+        diagnosis = (f"{who} computed fewer FLOPs than its share needs: some of its work was skipped (see the values), "
+                     f"or done without matmuls (products and sums of elements), which the FLOP count does not see and "
+                     f"the puzzle does not allow")
+    else:
+        diagnosis = diagnose(r, fwd, bwd) if diagnose else ""
     return Check(name, ok, message, measured=per_rank[r], budget=budget, diagnosis=diagnosis)
 
 

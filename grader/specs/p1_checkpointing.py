@@ -260,7 +260,8 @@ class Checkpointing(PuzzleSpec):
                             f"before it ({kept / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
                             measured=kept, budget=b, diagnosis="" if ok else self.diagnose_kept(kept, k)))
         checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
-        checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k)))
+        checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
+                                    least=3 * L * F))
         return checks
 
     @staticmethod

@@ -143,7 +143,8 @@ class ActivationSharding(Checkpointing):
         checks += [self.held_check(obs, budgets["gathered checkpoints"]),
                    self.in_time_check(obs, budgets["gathered in time"], k),
                    peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, r, k)),
-                   compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k))]
+                   compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
+                                 least=3 * L * F)]
         return checks
 
     def held_check(self, obs: Observation, budget: Budget) -> Check:

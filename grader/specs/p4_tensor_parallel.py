@@ -104,7 +104,7 @@ class TensorParallel(PuzzleSpec):
                          lambda bad: self.diagnose_grads(bad, got, ref, models, "grads")),
         ]
         budgets = self.budgets(inputs)
-        checks.append(compute_check(obs, budgets["compute"], self.diagnose_compute))
+        checks.append(compute_check(obs, budgets["compute"], self.diagnose_compute, least=SHARE_FLOPS))
         for phase in ("forward", "backward"):
             checks.append(communication_check(obs, budgets[f"{phase} communication"], f"{phase} communication",
                                               phase, lambda r, by_kind, phase=phase: self.diagnose_sent(phase, by_kind)))

@@ -97,7 +97,8 @@ class PipelineSpec(PuzzleSpec):
         budgets = self.budgets(inputs)
         checks = [values_check("stage gradients", grad_pairs, "stage gradients", diagnose),
                   values_check("input gradients", input_pairs, "input gradients", diagnose),
-                  compute_check(obs, budgets["stage compute"], self.diagnose_compute, name="stage compute"),
+                  compute_check(obs, budgets["stage compute"], self.diagnose_compute, name="stage compute",
+                                least=M * 3 * F_FLOPS),
                   self.bubble_check(obs, budgets["bubble"])]
         return checks + self.extra_checks(obs, ref, inputs)
 
