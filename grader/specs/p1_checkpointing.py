@@ -1,8 +1,10 @@
 """p1 activation checkpointing: keep every k-th block's input, recompute each segment in backward.
 
-The learner's work is split in two functions so that the rank program can read, between them, what the forward
-left alive (`probe.memory_now()`): that is the "checkpoint bytes" check. The grader computes the loss and grad_y
-from the learner's y itself. The helpers below (reference, gradient check and its diagnosis) are shared with p2.
+The rules, each measured as such: output and every gradient against the serial model; what the forward left alive
+(the learner's work is split in two functions so that the rank program can read it between them with
+`probe.memory_now()`); the peak; and the compute, in FLOPs, between the serial forward and backward and one more
+forward. The grader computes the loss and grad_y from the learner's y itself. The helpers below (reference, value
+checks and their diagnoses) are shared with p2.
 """
 
 from __future__ import annotations

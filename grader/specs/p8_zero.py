@@ -1,7 +1,8 @@
 """p8 ZeRO (stage 2): reduce-scatter the gradients, Adam on the local 1/N shard, all-gather the weights.
 
 Three checks: the weights after k Adam steps (against torch.optim.Adam on the serial model), the optimizer state
-a rank keeps (the ledger, against K·Ψ/N bytes), and the bytes sent (against data parallel's all-reduce volume).
+a rank keeps between steps (the ledger, after every step, against K·Ψ/N bytes plus bookkeeping, an excess named
+only by its size), and the bytes sent (at most data parallel's all-reduce volume).
 Adam is almost invariant to the scale of the gradient, so a forgotten average changes the weights only through
 eps: a small error, which the float64 comparison still sees and the diagnosis names.
 """
