@@ -8,8 +8,9 @@
 
 A rule measures what the puzzle's text states, whatever style the answer is written in: FLOPs (not which
 function ran them), bytes sent (not which collective sent them), microbatches held (not how the loop is written).
-Every memory budget admits BOOKKEEPING_BYTES beyond its formula, so that a step counter or a logged loss never
-fails an answer, while a vector of the model's size still does.
+The budgets that would otherwise be exact admit BOOKKEEPING_BYTES beyond their formula (the others have room for
+it already), so that a step counter or a logged loss never fails an answer, while a vector of the model's size
+still does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from .result import Budget, Check, fmt
 from .spec import Observation
 
 BOOKKEEPING_BYTES = 1024
-BOOKKEEPING_TEXT = "1 KiB (1,024 bytes) for scalars and small bookkeeping: a step counter, a logged loss"
 
 
 # ---- compute
@@ -126,12 +126,6 @@ def most_held(sequence: str) -> tuple[int, int]:
         if held > best:
             best, at = held, i
     return best, at
-
-
-def lanes(sequences: dict[str, str]) -> str:
-    """Named work sequences one per line, spaced so that they line up: 'rank 0   F F F F B F B ...'."""
-    width = max(len(k) for k in sequences)
-    return "\n".join(f"{name:<{width}}  {' '.join(seq) or '(no compute)'}" for name, seq in sequences.items())
 
 
 # ---- memory

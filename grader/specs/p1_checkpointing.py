@@ -101,8 +101,8 @@ def diagnose_output(bad, results, ref) -> str:
 
 
 def _close(got, expected) -> bool:
-    return (isinstance(got, torch.Tensor) and got.shape == expected.shape
-            and torch.allclose(got, expected, rtol=1e-8, atol=1e-10))
+    return (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+            and bool(torch.allclose(got, expected, rtol=1e-8, atol=1e-10)))
 
 
 def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
