@@ -65,7 +65,9 @@ def exact_bubble(obs) -> Fraction:
 
 
 def formulas() -> None:
-    from grader.specs import p5_gpipe, p6_one_f_one_b, p8_zero
+    from grader.core.rules import flops
+    from grader.specs import p6_one_f_one_b, p8_zero
+    from grader.specs import pipeline_values as p5_gpipe  # p5's (and p6's) sizes
 
     print("\n## 2. simulated figures against the formulas (reference solutions, seed 0)")
     p, m = p5_gpipe.P, p5_gpipe.M
@@ -100,7 +102,7 @@ def formulas() -> None:
           f"{f'{k * psi // n:,} B':>22} {f'{state.measured:,} B':>22}")
     spec, obs = observe_reference("p1")
     budget = spec.budgets(spec.make_inputs(0))["compute"].value
-    print(f"  {'p1 compute with recomputation, 4·L·F ticks':<58} {f'{budget:,}':>22} {f'{obs.busy_ticks(0):,}':>22}")
+    print(f"  {'p1 compute with recomputation, 4·L·F FLOPs':<58} {f'{budget:,}':>22} {f'{flops(obs, 0):,}':>22}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-# Generated from solutions/p3_data_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 191534bb3668)
+# Generated from solutions/p3_data_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 43509cf2c21a)
 """Puzzle 3 — Data parallel.
 
 Four ranks each hold a full copy of the weights and a quarter of the batch. Each computes the loss on its own
@@ -18,10 +18,19 @@ Write `data_parallel_step(dist, x_shard, target_shard, layers, lr)`:
     gradient across the ranks with `dist.all_reduce`, and update every weight in place:
     `w -= lr * w.grad` under `torch.no_grad()`.
 
-Checks (sizes: 4 ranks, batch 32, d=64, h=256, 4 blocks):
+Checks (sizes: 4 ranks, batch B = 32 so b = 8 rows per rank, d=64, h=256, L = 4 blocks):
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
-  - all-reduce volume: the bytes each rank all-reduces equal the gradient bytes, 2·L·d·h·8 = 1,048,576 bytes
-    (each gradient once; several gradients in one flat bucket is fine; scalars such as the loss are not counted).
+  - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 6,291,456 FLOPs: per
+    block, 2 forward and 4 backward matmuls of 2·b·d·h FLOPs on its own rows (only matmuls count). Running the
+    whole batch on every rank is 4 times that. And at least 6,029,312 FLOPs, the same without the batch's own
+    gradient (which nobody needs): matrix products written as products and sums of elements, which the FLOP
+    count cannot see, are not allowed.
+  - communication: the bytes each rank sends, summed over every collective (ring algorithm), at most those of an
+    all-reduce of every gradient, 2(N-1)/N·G + 1,024 = 1,573,888 bytes, where G = 2·L·d·h·8 = 1,048,576 bytes
+    are the gradients and 1 KiB is room for scalars such as a logged loss. One all-reduce per gradient, or flat
+    buckets, or a reduce_scatter_tensor followed by an all_gather_into_tensor (which send the same bytes) all fit.
+  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
+    bytes, which its memory ledger could not see).
 
 Hints:
   - `dist.all_reduce(t)` sums in place; `dist.all_reduce(t, op=dist.ReduceOp.AVG)` averages (or divide the sum by

@@ -1,4 +1,4 @@
-# Generated from solutions/p5_gpipe.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 57f147ec5944)
+# Generated from solutions/p5_gpipe.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 959d82cb3800)
 """Puzzle 5 — Pipeline parallel (GPipe).
 
 The model is too deep for one device, so it is cut into p = 4 *stages* of consecutive blocks, one stage per rank:
@@ -41,11 +41,23 @@ bytes) costs 1 tick, about 0.1% of F.
 Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
   - stage gradients: every rank's w.grad equal the serial full-batch gradients of its blocks.
   - input gradients: every rank returns dL/d(its stage input), equal to the serial reference.
-  - bubble: the share of the makespan the ranks' compute streams sit idle, averaged over the ranks, measured on the
-    clock, is at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%. The formula is exact for stages of
-    equal cost and free messages; here each message costs 1 tick, which puts a well-ordered schedule about 0.1 point
-    above it. The whole batch as one microbatch idles (p-1)/p = 75%.
-  - no deadlock: every send meets its recv (a blocking send here waits for the matching recv, as a rendezvous).
+  - stage compute: each rank computes its own blocks only, each microbatch forward once and backward once:
+    at most m·3F = 25,165,824 FLOPs, where F = 2·2·(2·8·64·256) = 1,048,576 FLOPs is one stage's forward of one
+    microbatch, 1,024 ticks (only matmuls count; a backward is 2F). No recomputation, and no running another
+    stage's blocks. No less either: matrix products written as products and sums of elements, which the FLOP
+    count cannot see, are not allowed.
+  - bubble: 1 - m·3F/makespan, the share of the step's makespan (on the simulated clock) that a stage's own
+    work, m forwards and m backwards, leaves idle, at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points =
+    27.8%. A perfect pipeline takes (m+p-1)·3F = 33,792 ticks, so this is a budget on the makespan: about
+    34,025 ticks. The formula is exact for stages of equal cost and free messages; here each message costs 1
+    tick, which puts a well-ordered schedule about 0.1 point above it. The whole batch as one microbatch idles
+    (p-1)/p = 75%.
+  - GPipe's order is the lesson, not a rule: any order of the forwards and backwards that meets these checks
+    passes (puzzle 6's 1F1B does too).
+  - a deadlock is an error, reported with what each rank waits for (a blocking send here waits for the matching
+    recv, as a rendezvous).
+  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
+    bytes, which its memory ledger could not see).
 
 Hints:
   - The full-batch loss is the mean of the microbatch losses, so scale each microbatch's loss by 1/m.

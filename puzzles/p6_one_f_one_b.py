@@ -1,4 +1,4 @@
-# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest da45a23a2f6b)
+# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ececdc48b5f7)
 """Puzzle 6 — Pipeline parallel, one forward one backward (1F1B).
 
 GPipe (puzzle 5) runs every forward before any backward, so rank 0 keeps the activations of all m microbatches
@@ -39,7 +39,14 @@ stage's forward of one microbatch is F = 1,024 ticks, its backward 2F = 2,048 ti
 
 Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
   - stage gradients and input gradients: equal to the serial reference, as in puzzle 5.
-  - bubble: idle share of the makespan at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%.
+  - stage compute: each rank's own blocks, each microbatch forward once and backward once, at most
+    m·3F = 25,165,824 FLOPs (F = 1,048,576 FLOPs, only matmuls count, and no less), as in puzzle 5: no
+    recomputation.
+  - bubble: 1 - m·3F/makespan at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5.
+  - 1F1B schedule: on every rank, the microbatches it holds (forwards begun minus backwards done, read off the
+    FLOPs it computed: a forward of F outside backward, a backward of 2F inside it) never exceed p - rank: 4 on
+    rank 0, 3 on rank 1, 2 on rank 2, 1 on rank 3. The order of your code does not matter; what ran does. GPipe's
+    order holds m = 8, and so does GPipe's order with recomputation.
   - stage-0 activation memory: rank 0's peak memory less its weights, their gradients, x and the returned dL/dx
     (2·2·d·h·8 + 2·2·d·h·8 + 2·B·d·8 = 1,114,112 bytes) is at most p·A + d·h·8 + A/2 = 462,848 bytes. Here
     A = 2·(2·8·h + 8·d)·8 = 73,728 bytes is one microbatch's activations on one stage (per block, x@w1 and its
@@ -47,7 +54,9 @@ Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2
     weight before autograd adds it into w.grad; A/2 = 36,864 bytes is slack for receive buffers and
     temporaries. 1F1B holds p = 4 microbatches on rank 0 (4·A = 294,912 bytes); GPipe's order holds all m = 8
     (8·A = 589,824 bytes).
-  - no deadlock.
+  - a deadlock is an error, reported with what each rank waits for.
+  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
+    bytes, which its memory ledger could not see).
 
 Hints:
   - The number of microbatches a rank holds is the number of forwards it has run minus the backwards: count them.

@@ -41,8 +41,9 @@ torch.utils.checkpoint is switched off while this puzzle is graded):
 Checks (sizes: batch B = 256, d = 32, h = 128, L = 16 blocks, k = 4, float64 = 8 bytes):
   - output and loss equal the serial model's; every weight's gradient and grad_x equal the serial backward's.
   - checkpoint bytes: what your forward still holds when it returns, counted from the moment it is called, at most
-    (L/k + 1)·C = 327,680 bytes, where C = B·d·8 = 65,536 bytes is one [B, d] activation: the L/k checkpoints
-    and y. (Keeping x itself as the first checkpoint costs nothing: it is alive anyway.)
+    (L/k + 1)·C + 1,024 = 328,704 bytes, where C = B·d·8 = 65,536 bytes is one [B, d] activation: the L/k
+    checkpoints and y, plus 1 KiB for scalars and small bookkeeping. (Keeping x itself as the first checkpoint
+    costs nothing: it is alive anyway.)
   - peak memory, at most W + G + 2·C + (L/k)·C + 2·C + k·A + 2·B·h·8 = 5,505,024 bytes:
       W = G = 2·L·d·h·8 = 1,048,576 bytes   the weights, and their gradients
       2·C                                   the inputs x and target
@@ -52,9 +53,14 @@ Checks (sizes: batch B = 256, d = 32, h = 128, L = 16 blocks, k = 4, float64 = 8
       k·A                                   one segment's recomputed activations
       2·B·h·8 = 524,288 bytes               the backward's temporaries (gradients of [B, h] activations)
     Without checkpointing the peak is about W + G/L + 2·C + L·A + ...: 10,977,288 bytes, measured.
-  - compute: at most the serial forward and backward plus one more forward, 4·L·F = 65,536 ticks, where
-    F = 1,024 ticks is one block's forward (cost model: 4,096 FLOPs a tick; a block's forward is two matmuls of
-    2·B·d·h FLOPs, its backward four). Only matmuls cost time.
+  - compute: at most the serial forward and backward plus one more forward, 4·L·F = 268,435,456 FLOPs, where
+    F = 4·B·d·h = 4,194,304 FLOPs is one block's forward (two matmuls of 2·B·d·h FLOPs; its backward is four).
+    FLOPs are counted by torch's own formulas, and only matmuls count; on the schedule chart (4,096 FLOPs a
+    tick) the budget is 65,536 ticks. Recomputing a segment twice, or from the stack's input, goes over it. And
+    at least the serial forward and backward, 3·L·F = 201,326,592 FLOPs: matrix products written some other way
+    (products and sums of elements), which the FLOP count cannot see, are not allowed.
+  - memory is what your tensors hold: keep everything as torch tensors (the grader refuses a tensor turned into
+    a numpy array, a Python list or bytes, which its ledger could not see).
 
 Hints:
   - `with torch.no_grad():` runs code without recording the graph; `with torch.enable_grad():` turns it back on.

@@ -38,10 +38,17 @@ C = B·d·8 = 65,536 bytes is one whole [B, d] activation):
   - on every rank: output and loss equal the serial model's; every weight's gradient and grad_x equal the serial
     backward's.
   - checkpoint bytes: what the forward still holds when it returns, counted from the moment it is called, at most
-    (L/k)·C/N + C = 131,072 bytes per rank: the shards, a quarter of puzzle 1's checkpoints, and y.
-  - gathered checkpoints: when you all-gather a checkpoint, the gathered buffers still alive (that one
-    included) hold at most 2·C = 131,072 bytes: the one being gathered, and at most the previous segment's, on
-    its way out. Gathering them all up front would hold (L/k)·C = 262,144 bytes.
+    (L/k)·C/N + C + 1,024 = 132,096 bytes per rank: the shards, a quarter of puzzle 1's checkpoints, and y, plus
+    1 KiB for scalars and small bookkeeping.
+  - gathered checkpoints: each time your backward communicates (an all-gather, or any other call on `dist`), what
+    the rank holds beyond what it held when the backward began and the weights' gradients is at most
+    4·C + 1,024 = 263,168 bytes: the checkpoint being gathered, the gradient handed down from the segment after
+    it, and the previous segment's checkpoint and recomputed output on their way out. Keeping every gathered
+    checkpoint until the end holds 5·C by the last gather.
+  - gathered in time: gather each checkpoint just before recomputing its segment. Counted in checkpoints' worth
+    of bytes gathered against segments backpropagated, at most 2 gathered checkpoints wait for their segment at
+    any gather (the one being recomputed, and the next if you prefetch it). Gathering them all up front, however
+    you put them together, has L/k = 4 waiting.
   - peak memory per rank, at most W + G + 2·C + (L/k)·C/N + 2·C + 2·C + k·A + 2·B·h·8 = 5,439,488 bytes:
       W = G = 2·L·d·h·8 = 1,048,576 bytes   the weights, and their gradients
       2·C                                   the inputs x and target
@@ -51,6 +58,12 @@ C = B·d·8 = 65,536 bytes is one whole [B, d] activation):
       A = B·(d + 2·h)·8 = 589,824 bytes     what autograd saves for one block
       k·A                                   one segment's recomputed activations
       2·B·h·8 = 524,288 bytes               the backward's temporaries
+  - compute per rank: at most puzzle 1's, the serial forward and backward plus one more forward, 4·L·F =
+    268,435,456 FLOPs (F = 4·B·d·h = 4,194,304 FLOPs a block's forward; only matmuls count). Rebuilding the
+    checkpoints from x instead of gathering them goes over it. And at least the serial forward and backward,
+    3·L·F = 201,326,592 FLOPs (matrix products written as products and sums of elements are not allowed).
+  - memory is what your tensors hold: keep everything as torch tensors (the grader refuses a tensor turned into
+    a numpy array, a Python list or bytes, which its ledger could not see).
 
 Hints:
   - `t.chunk(N)[r]` is a view: it keeps the whole of t's memory alive. `.clone()` it to keep only the rows.

@@ -42,12 +42,19 @@ Checks (sizes: 4 ranks, batch B=32, d=64, h=512, L=3 blocks; W = 2·L·d·h·8 =
   - input gradient: x.grad on every rank equals the serial one.
   - weight gradients: rank r's w1_r.grad and w2_r.grad equal the matching slices of the serial w1.grad
     (columns) and w2.grad (rows).
-  - forward all-reduces: each rank issues exactly L = 3 all-reduces outside backward (g's, one per block).
-  - backward all-reduces: each rank issues exactly L = 3 all-reduces during backward (f's, one per block).
+  - compute: each rank computes at most its 1/N share of the serial MLP, 12·B·d·h·L/N = 9,437,184 FLOPs (per
+    block 2 forward and 4 backward matmuls of 2·B·d·h FLOPs, split N ways; only matmuls count): it multiplies
+    its own shards, never the full weights. No less either: matrix products written as products and sums of
+    elements, which the FLOP count cannot see, are not allowed.
+  - forward communication: the bytes each rank sends outside backward, summed over every collective (ring
+    algorithm), at most one all-reduce of a [B, d] activation per block, L·2(N-1)/N·B·d·8 = 73,728 bytes (g's).
+  - backward communication: the same during backward, at most 73,728 bytes (f's).
   - peak memory: each rank's peak at most 2·W/N + L·(2·B·h/N + B·d)·8 + 4·B·d·8 = 1,097,728 bytes: its weight
     shards (W/N) and their gradients (W/N); per block, the activations autograd saves (x @ w1_r and its gelu,
     [B, h/N] each, and the block's output [B, d]); x, the target and two [B, d] gradients in flight. A rank that
     holds the full weights (W = 1,572,864 bytes) cannot fit.
+  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
+    bytes, which its memory ledger could not see).
 
 Hints:
   - `dist.all_reduce(t)` sums in place, into `t` itself: in g's forward, reduce a fresh copy (`partial.clone()`)

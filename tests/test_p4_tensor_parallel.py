@@ -11,7 +11,7 @@ from grader.backends.simulator import grade_file, observe
 from grader.core.result import FAIL, PASS
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import p4_tensor_parallel as p4
+from grader.specs import tensor_parallel_mistakes as p4
 
 SPEC = SPECS["p4"]
 
@@ -82,7 +82,7 @@ def test_other_correct_answers_pass(tmp_path, changes):
 
 @pytest.mark.parametrize("changes, failures, phrase", [
     ({"g_forward": "total = partial.clone()\ndist.all_reduce(total)\ndist.all_reduce(total)\nreturn total"},
-     {"output", "input gradient", "weight gradients", "forward all-reduces"}, "all-reduced twice"),
+     {"output", "input gradient", "weight gradients", "forward communication"}, "all-reduced twice"),
     ({"f_backward": "grad = grad.clone()\nctx.dist.all_reduce(grad, op=ctx.dist.ReduceOp.AVG)\nreturn grad, None"},
      {"input gradient", "weight gradients"}, "f's backward averaged"),
 ])
@@ -105,7 +105,7 @@ def test_replay_of_the_right_f_and_g_is_the_serial_reference():
 def test_every_replayed_mistake_differs_from_the_reference_and_from_the_others():
     inputs = SPEC.make_inputs(2)
     ref = SPEC.reference(inputs)
-    models = p4._Models(inputs)
+    models = p4.Models(inputs)
     names = list(p4.FORWARD_MISTAKES) + list(p4.BACKWARD_MISTAKES)
     for name in names:
         got = models.get(name)[0]

@@ -15,7 +15,7 @@ from grader.backends.learner_code import load_module
 from grader.core.spec import Observation
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs.p5_gpipe import F_TICKS, MB, D, M, P
+from grader.specs.pipeline_values import D, F_TICKS, MB, M, P
 from grader.specs.p6_one_f_one_b import ACT, WEIGHTS, B
 from puzzles import model, sim
 from puzzles.sim import CostModel

@@ -96,7 +96,7 @@ def ratio(got: torch.Tensor, expected: torch.Tensor) -> float | None:
     """got / expected when got is (nearly) a constant multiple of expected, else None."""
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape or expected.abs().max() == 0:
         return None
-    e, g = expected.detach().reshape(-1), got.detach().reshape(-1)
+    e, g = expected.detach().double().reshape(-1), got.detach().double().reshape(-1)  # whatever got's dtype
     k = (g @ e / (e @ e)).item()
     if (g - k * e).abs().max().item() <= 1e-6 * max(1.0, e.abs().max().item()) * max(1.0, abs(k)):
         return k

@@ -105,12 +105,22 @@ class PuzzleSpec:
         return contextlib.nullcontext()
 
 
+def pair_at(sequence, i: int) -> tuple:
+    """sequence[i] as a pair (w1, w2) when it is one, else (None, None): what an answer handed back is read, never
+    trusted to have the right structure."""
+    if isinstance(sequence, (list, tuple)) and i < len(sequence):
+        item = sequence[i]
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            return tuple(item)
+    return None, None
+
+
 def layer_pairs(got_layers_per_rank, expected_layers, what: str = "") -> list:
     """(label, got, expected) for every weight of every rank: labels like 'rank 2: layers[3].w1'."""
     pairs = []
     for rank, got_layers in enumerate(got_layers_per_rank):
         for i, expected in enumerate(expected_layers):
-            got = got_layers[i] if got_layers is not None and i < len(got_layers) else (None, None)
+            got = pair_at(got_layers, i)
             for name, g, e in (("w1", got[0], expected[0]), ("w2", got[1], expected[1])):
                 pairs.append((f"rank {rank}: {what}layers[{i}].{name}", g, e, (rank, i, name)))
     return pairs

@@ -2,6 +2,9 @@
 
     p1_checkpointing.py ... p8_zero.py   inputs from a seed, the serial reference, what each rank runs, the
                                          budgets (formulas with their numbers) and the checks with their diagnoses
+    pipeline.py, pipeline_values.py      what p5 and p6 share: the stages, their checks, the value diagnosis
+    tensor_parallel_mistakes.py          p4's sizes, and the common mistakes replayed to name a wrong answer
+    checkpoint_taken_away.py             torch.utils.checkpoint switched off while p1 and p2 are graded
 
 A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
 (an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.
@@ -19,7 +22,7 @@ from ..core.spec import PuzzleSpec
 def _discover() -> dict[str, PuzzleSpec]:
     specs = []
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("p") and "_" in info.name:
+        if re.match(r"p\d+_", info.name):  # pN_name.py; helpers shared by several puzzles have other names
             specs.append(importlib.import_module(f"{__name__}.{info.name}").SPEC)
     specs.sort(key=lambda s: (int(re.match(r"p(\d+)", s.id).group(1)), s.id))
     return {s.id: s for s in specs}

@@ -1,8 +1,10 @@
 """p1 activation checkpointing: keep every k-th block's input, recompute each segment in backward.
 
-The learner's work is split in two functions so that the rank program can read, between them, what the forward
-left alive (`probe.memory_now()`): that is the "checkpoint bytes" check. The grader computes the loss and grad_y
-from the learner's y itself. The helpers below (reference, gradient check and its diagnosis) are shared with p2.
+The rules, each measured as such: output and every gradient against the serial model; what the forward left alive
+(the learner's work is split in two functions so that the rank program can read it between them with
+`probe.memory_now()`); the peak; and the compute, in FLOPs, between the serial forward and backward and one more
+forward. The grader computes the loss and grad_y from the learner's y itself. The helpers below (reference, value
+checks and their diagnoses) are shared with p2.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.utils.checkpoint as torch_checkpoint
 
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
@@ -18,7 +19,9 @@ from puzzles.sim import CostModel
 from ..core.compare import ratio, values_check
 from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
-from ..core.spec import Observation, PuzzleSpec
+from ..core.rules import BOOKKEEPING_BYTES, compute_check
+from ..core.spec import Observation, PuzzleSpec, pair_at
+from .checkpoint_taken_away import without_torch_checkpoint
 
 B, D, H, L, K = 256, 32, 128, 16, 4
 BYTES = 8  # float64
@@ -27,8 +30,7 @@ A = B * (D + 2 * H) * BYTES  # what autograd saves for one block: x @ w1 and gel
 W = 2 * L * D * H * BYTES  # the weights (and, as much again, their gradients)
 WORKSPACE = 2 * B * H * BYTES  # the backward's temporaries: gradients of [B, h] activations
 FLOPS_PER_TICK = 4096
-MATMUL_TICKS = 2 * B * D * H // FLOPS_PER_TICK  # every matmul of a block, forward or backward, is B x d x h
-F = 2 * MATMUL_TICKS  # a block's forward: two matmuls (its backward: four, with the input's gradient)
+F = 2 * (2 * B * D * H)  # a block's forward in FLOPs: two matmuls of B x d x h (its backward: four, 2F)
 COST = CostModel(flops_per_tick=FLOPS_PER_TICK)
 
 
@@ -48,17 +50,19 @@ def serial(x, target, layers, k):
     same = []
     h = x.detach()
     with torch.no_grad():
-        starts = []
+        starts, after = [], [h]  # after[j]: the stack's activation after j blocks
         for i, (w1, w2) in enumerate(layers):
             if i % k == 0:
                 starts.append(h)
             h = forward(h, [(w1, w2)])
+            after.append(h)
     for s, start in enumerate(starts):
         seg = [(w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_())
                for w1, w2 in layers[s * k:(s + 1) * k]]
         forward(start, seg).backward(grad_y)
         same += [(w1.grad, w2.grad) for w1, w2 in seg]
-    return {"y": y.detach(), "loss": loss.detach(), "grads": grads, "grad_x": x0.grad, "same_grad": same}
+    return {"y": y.detach(), "loss": loss.detach(), "grads": grads, "grad_x": x0.grad, "same_grad": same,
+            "after": after}
 
 
 def detached(t):
@@ -70,7 +74,7 @@ def grad_pairs(results, ref) -> list:
     pairs = []
     for rank, res in enumerate(results):
         for i, (e1, e2) in enumerate(ref["grads"]):
-            g1, g2 = res["grads"][i] if i < len(res["grads"]) else (None, None)
+            g1, g2 = pair_at(res["grads"], i)
             pairs.append((f"rank {rank}: layers[{i}].w1.grad", g1, e1, (rank, i, "w1")))
             pairs.append((f"rank {rank}: layers[{i}].w2.grad", g2, e2, (rank, i, "w2")))
         pairs.append((f"rank {rank}: grad_x (what the backward returned)", res["grad_x"], ref["grad_x"],
@@ -81,14 +85,24 @@ def grad_pairs(results, ref) -> list:
 def output_check(results, ref) -> Check:
     pairs = []
     for rank, res in enumerate(results):
-        pairs.append((f"rank {rank}: y (what the forward returned)", res["y"], ref["y"]))
-        pairs.append((f"rank {rank}: loss (computed by the grader from your y)", res["loss"], ref["loss"]))
-    return values_check("output", pairs, "outputs and losses")
+        pairs.append((f"rank {rank}: y (what the forward returned)", res["y"], ref["y"], rank))
+        pairs.append((f"rank {rank}: loss (computed by the grader from your y)", res["loss"], ref["loss"], rank))
+    return values_check("output", pairs, "outputs and losses", lambda bad: diagnose_output(bad, results, ref))
+
+
+def diagnose_output(bad, results, ref) -> str:
+    """A y that is the stack's activation after another number of blocks says how many blocks the forward ran."""
+    y = results[bad[0].meta].get("y")
+    ran = next((j for j, h in enumerate(ref["after"]) if _close(y, h)), None)
+    if ran is None:
+        return ""
+    return (f"y is the stack's activation after {ran} blocks, not after all {len(ref['after']) - 1}: the forward "
+            f"ran blocks 0 to {ran - 1} only" if ran else "y is x itself: the forward ran no block")
 
 
 def _close(got, expected) -> bool:
-    return (isinstance(got, torch.Tensor) and got.shape == expected.shape
-            and torch.allclose(got, expected, rtol=1e-8, atol=1e-10))
+    return (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+            and bool(torch.allclose(got, expected, rtol=1e-8, atol=1e-10)))
 
 
 def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
@@ -96,6 +110,9 @@ def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
     rank = bad[0].meta[0]
     res = results[rank]
     n_layers = len(ref["grads"])
+    if not _close(res.get("y"), ref["y"]):
+        return ("the output is already wrong (see the output check): grad_y is computed from your y, and every "
+                "gradient follows from it. Fix the forward first")
     weights_bad = [m for m in bad if m.meta[0] == rank and m.meta[1] is not None]
     if any(m.got is None for m in weights_bad):
         return ("some weights have no gradient (.grad is None): recompute every segment with autograd on "
@@ -106,7 +123,7 @@ def diagnose_gradients(bad, results, ref, k, gathered: bool = False) -> str:
             return ("every weight's gradient is right but the backward returned None: return the gradient of the "
                     "first checkpoint (the .grad of segment 0's recomputed input)")
         return "every weight's gradient is right but grad_x is not: return the gradient of segment 0's input"
-    got = [g for pair in res["grads"] for g in pair]
+    got = [g for i in range(n_layers) for g in pair_at(res["grads"], i)]
     want = [g for pair in ref["grads"] for g in pair]
     if all(_close(g, e) for g, e in zip(got, [g for pair in ref["same_grad"] for g in pair])):
         return ("every segment was backpropagated from grad_y: only the last segment's output has that gradient. "
@@ -170,42 +187,6 @@ def peak_check(obs: Observation, budget: Budget, hint) -> Check:
                  diagnosis="" if ok else hint(r))
 
 
-# ---- taking torch.utils.checkpoint away
-
-
-class CheckpointingTakenAway(RuntimeError):
-    pass
-
-
-_TAKEN_AWAY = ("torch.utils.checkpoint is switched off while puzzle p1 is graded: the puzzle is to write "
-               "activation checkpointing by hand (keep every k-th block's input in checkpointed_forward, "
-               "recompute each segment with autograd on in checkpointed_backward)")
-
-
-def _refuse(*args, **kwargs):
-    raise CheckpointingTakenAway(_TAKEN_AWAY)
-
-
-class _RefusedFunction:
-    apply = staticmethod(_refuse)
-
-
-@contextlib.contextmanager
-def without_torch_checkpoint():
-    # The public names, and the two internals that `checkpoint` looks up when called, so that a reference bound
-    # before grading (`from torch.utils.checkpoint import checkpoint` in a notebook cell) is refused as well.
-    names = {"checkpoint": _refuse, "checkpoint_sequential": _refuse, "CheckpointFunction": _RefusedFunction,
-             "_checkpoint_without_reentrant_generator": _refuse}
-    saved = {n: getattr(torch_checkpoint, n) for n in names if hasattr(torch_checkpoint, n)}
-    try:
-        for n in saved:
-            setattr(torch_checkpoint, n, names[n])
-        yield
-    finally:
-        for n, v in saved.items():
-            setattr(torch_checkpoint, n, v)
-
-
 # ---- the puzzle
 
 
@@ -248,7 +229,7 @@ class Checkpointing(PuzzleSpec):
 
         def run(dist, x, target, layers, k):
             before = memory_now()
-            saved, y = fwd(x, layers, k)
+            saved, y = forward_result(fwd(x, layers, k), "checkpointed_forward", target)
             kept = memory_now() - before
             return {**loss_and_backward(y, target, layers, lambda grad_y: bwd(saved, layers, k, grad_y)),
                     "kept": kept}
@@ -258,13 +239,14 @@ class Checkpointing(PuzzleSpec):
     def budgets(self, inputs):
         k = inputs["k"]
         return {
-            "checkpoint bytes": Budget("checkpoint bytes", "(L/k + 1)·C bytes (the L/k checkpoints and y; "
-                                       "C = B·d·8)", (L // k + 1) * C, "bytes"),
+            "checkpoint bytes": Budget("checkpoint bytes", f"(L/k + 1)·C + {BOOKKEEPING_BYTES:,} bytes (the L/k "
+                                       "checkpoints and y; C = B·d·8; plus scalars)",
+                                       (L // k + 1) * C + BOOKKEEPING_BYTES, "bytes"),
             "peak memory": Budget("peak memory", "W + G + 2·C + (L/k)·C + 2·C + k·A + 2·B·h·8 bytes "
                                   "(A = B·(d+2h)·8)", 2 * W + 2 * C + (L // k) * C + 2 * C + k * A + WORKSPACE,
                                   "bytes"),
-            "compute": Budget("compute", "4·L·F ticks (serial forward and backward 3·L·F, plus one forward; "
-                              f"F = {F:,} ticks a block's forward)", 4 * L * F, "ticks"),
+            "compute": Budget("compute", "4·L·F (serial forward and backward 3·L·F, plus one forward; "
+                              f"F = 4·B·d·h = {F:,} a block's forward)", 4 * L * F, "count"),
         }
 
     def check(self, obs: Observation, ref, inputs):
@@ -280,15 +262,8 @@ class Checkpointing(PuzzleSpec):
                             f"before it ({kept / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
                             measured=kept, budget=b, diagnosis="" if ok else self.diagnose_kept(kept, k)))
         checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
-        ticks = obs.busy_ticks(0)
-        b = budgets["compute"]
-        ok = ticks <= b.value
-        extra = (ticks - 3 * L * F) / (L * F)
-        checks.append(Check("compute", ok,
-                            f"your forward and backward took {fmt(ticks, 'ticks')} of compute, "
-                            f"{'within' if ok else 'over'} the budget {b.describe()}: serial forward and backward "
-                            f"are {fmt(3 * L * F, 'ticks')}, so you spent {extra:.2f} forwards more",
-                            measured=ticks, budget=b, diagnosis="" if ok else self.diagnose_compute(ticks, k)))
+        checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
+                                    least=3 * L * F))
         return checks
 
     @staticmethod
@@ -304,7 +279,7 @@ class Checkpointing(PuzzleSpec):
 
     @staticmethod
     def diagnose_peak(obs, kept, k) -> str:
-        if kept > (L // k + 1) * C:
+        if kept > (L // k + 1) * C + BOOKKEEPING_BYTES:
             return "the peak follows from what the forward kept (see checkpoint bytes)"
         blocks = (obs.peak_bytes[0] - (2 * W + 4 * C + (L // k) * C)) / A
         return (f"about {blocks:.0f} blocks' activations were alive at once, although the forward kept only the "
@@ -312,14 +287,31 @@ class Checkpointing(PuzzleSpec):
                 f"its graph and output go before recomputing the next")
 
     @staticmethod
-    def diagnose_compute(ticks, k) -> str:
-        blocks = (ticks - 3 * L * F) // F
+    def diagnose_compute(fwd, bwd, k) -> str:
+        """From the forward FLOPs outside backward (the forward and the recomputations) and those inside it."""
+        if bwd > 2 * L * F:
+            return (f"the backward ran {bwd / (2 * F):.0f} blocks' backwards for {L} blocks: some segment was "
+                    f"backpropagated more than once")
+        blocks = round((fwd - L * F) / F)
         quadratic = k * (L // k) * (L // k + 1) // 2
         if blocks == quadratic:
             return (f"you recomputed {blocks} blocks instead of {L}: each segment was recomputed from the stack's "
                     f"input instead of from its own checkpoint")
-        return (f"you recomputed {blocks} blocks' forwards; checkpointing needs each block recomputed once "
+        return (f"besides the forward, you ran {blocks} blocks' forwards; checkpointing recomputes each block once "
                 f"({L} blocks)")
+
+
+def forward_result(result, name: str, target):
+    """The (saved, y) a forward returned, or an error that says what it returned instead."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"{name} must return a pair (saved, y); it returned {type(result).__name__}"
+                        + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""))
+    saved, y = result
+    if not isinstance(y, torch.Tensor) or y.shape != target.shape:
+        got = f"shape {list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise TypeError(f"{name} must return y, the stack's output [{target.shape[0]}, {target.shape[1]}], as the "
+                        f"second item of (saved, y); it returned {got}")
+    return saved, y
 
 
 SPEC = Checkpointing()

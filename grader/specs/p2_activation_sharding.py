@@ -1,58 +1,81 @@
 """p2 activation sharding: p1's checkpoints split by rows across N ranks, all-gathered just before each recompute.
 
-The learner's code sees `dist` through `GatherWatch`, which forwards every call and notes, at each all-gather,
-the bytes of gathered buffers still alive: that is the "gathered checkpoints" check (the buffers are transient).
-It works the same on torch.distributed, since it only wraps the handle and holds weak references.
+The rules, each measured whatever collectives or buffers an answer uses:
+  - checkpoint bytes: what the forward leaves alive (1/N of the checkpoints, and y);
+  - gathered checkpoints: at each collective of the backward, what the rank holds beyond what it held when the
+    backward began and the weights' gradients (the learner's code sees `dist` through `CollectiveWatch`, which
+    notes it), so a checkpoint kept after its segment, in whatever tensor, is seen;
+  - gathered in time: checkpoints' worth of bytes gathered against segments backpropagated, read off the events,
+    so gathering everything up front is seen however it is concatenated;
+  - compute: p1's budget, so that rebuilding checkpoints from the input instead of gathering them is seen.
+`CollectiveWatch` works the same on torch.distributed, since it only wraps the handle.
 """
 
 from __future__ import annotations
 
-import weakref
+from math import ceil
 
 from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
+from ..core.rules import BOOKKEEPING_BYTES, compute_check
 from ..core.spec import Observation
-from .p1_checkpointing import (A, C, L, W, WORKSPACE, Checkpointing, gradients_check, loss_and_backward,
-                               output_check, peak_check)
+from .p1_checkpointing import (A, C, F, L, W, WORKSPACE, Checkpointing, forward_result, gradients_check,
+                               loss_and_backward, output_check, peak_check)
 
 N = 4
+GATHERS = ("all_gather_into_tensor", "all_gather")
+REBUILDS = ("all_reduce", "broadcast")  # can rebuild a checkpoint too, when they carry whole [B, d] buffers
+COMMUNICATION = {"all_gather_into_tensor", "all_gather", "all_reduce", "broadcast", "reduce_scatter_tensor",
+                 "reduce_scatter", "scatter", "gather", "reduce", "all_to_all", "all_to_all_single", "send", "recv",
+                 "isend", "irecv", "batch_isend_irecv"}
+AHEAD = 2  # gathered checkpoints waiting for their segment: the one being recomputed, and a prefetched next one
 
 
-class GatherWatch:
-    """`dist` as the learner's code sees it: every call goes to the real handle; each all-gather first notes how
-    many bytes of earlier all-gather outputs are still alive, plus its own output."""
+class CollectiveWatch:
+    """`dist` as the learner's code sees it: every call goes to the real handle; during the backward, each
+    communication call first notes the bytes the rank holds beyond the backward's start and the weights' gradients."""
 
-    def __init__(self, dist):
-        self._dist = dist
-        self._outputs = []  # (weak reference to the storage, its bytes)
-        self.calls = 0
-        self.max_alive = 0
-        self.max_alive_count = 0
+    def __init__(self, dist, layers):
+        self._dist, self._layers = dist, layers
+        self.base = None  # the bytes alive when the backward began
+        self.held = []
 
     def __getattr__(self, name):
-        return getattr(self._dist, name)
+        attr = getattr(self._dist, name)
+        if name not in COMMUNICATION or not callable(attr):
+            return attr
 
-    def _note(self, tensors) -> None:
-        self.calls += 1
-        self._outputs = [(ref, n) for ref, n in self._outputs if ref() is not None]
-        for t in tensors:
-            storage = t.untyped_storage()
-            if not any(ref() is not None and ref().data_ptr() == storage.data_ptr() for ref, _ in self._outputs):
-                self._outputs.append((weakref.ref(storage), storage.nbytes()))
-        alive = sum(n for _, n in self._outputs)
-        if alive > self.max_alive:
-            self.max_alive, self.max_alive_count = alive, len(self._outputs)
+        def noted(*args, **kwargs):
+            self._note()
+            return attr(*args, **kwargs)
 
-    def all_gather_into_tensor(self, output_tensor, input_tensor, *args, **kwargs):
-        self._note([output_tensor])
-        return self._dist.all_gather_into_tensor(output_tensor, input_tensor, *args, **kwargs)
+        return noted
 
-    def all_gather(self, tensor_list, tensor, *args, **kwargs):
-        self._note(tensor_list)
-        return self._dist.all_gather(tensor_list, tensor, *args, **kwargs)
+    def _note(self) -> None:
+        if self.base is None:
+            return
+        grads = {}
+        for pair in self._layers:
+            for w in pair:
+                if w.grad is not None:
+                    storage = w.grad.untyped_storage()
+                    grads[storage.data_ptr()] = storage.nbytes()
+        self.held.append(memory_now() - self.base - sum(grads.values()))
 
-    def summary(self) -> dict:
-        return {"calls": self.calls, "max_alive": self.max_alive, "max_alive_count": self.max_alive_count}
+
+def gathered_ahead(obs: Observation, rank: int, k: int) -> list[tuple[int, int]]:
+    """At each collective of `rank` that can rebuild a checkpoint (an all-gather, or an all-reduce or broadcast of
+    whole [B, d] buffers): (checkpoints' worth gathered so far, segments backpropagated before it), read off the
+    events (a segment's backward is k blocks of 2F FLOPs)."""
+    compute = [e for e in obs.events_of(rank, "compute", "backward")]
+    out, total = [], 0
+    for e in sorted(obs.events_of(rank, "comm"), key=lambda e: e["start"]):
+        if not (e["kind"] in GATHERS or e["kind"] in REBUILDS and e["nbytes"] and e["nbytes"] % C == 0):
+            continue
+        total += e["nbytes"]
+        done = sum(c["flops"] for c in compute if c["end"] <= e["start"]) // (k * 2 * F)
+        out.append((ceil(total / C), done))
+    return out
 
 
 class ActivationSharding(Checkpointing):
@@ -68,25 +91,37 @@ class ActivationSharding(Checkpointing):
         fwd, bwd = module.sharded_forward, module.sharded_backward
 
         def run(dist, x, target, layers, k):
-            watched = GatherWatch(dist)
+            watched = CollectiveWatch(dist, layers)
             before = memory_now()
-            saved, y = fwd(watched, x, layers, k)
+            saved, y = forward_result(fwd(watched, x, layers, k), "sharded_forward", target)
             kept = memory_now() - before
-            result = loss_and_backward(y, target, layers, lambda grad_y: bwd(watched, saved, layers, k, grad_y))
-            return {**result, "kept": kept, "gathers": watched.summary()}
+
+            def backward(grad_y):
+                watched.base = memory_now()
+                return bwd(watched, saved, layers, k, grad_y)
+
+            result = loss_and_backward(y, target, layers, backward)
+            return {**result, "kept": kept, "held_at_gathers": watched.held}
 
         return run
 
     def budgets(self, inputs):
         k = inputs["k"]
         return {
-            "checkpoint bytes": Budget("checkpoint bytes", "(L/k)·C/N + C bytes per rank (the checkpoint shards "
-                                       "and y; C = B·d·8)", (L // k) * C // N + C, "bytes"),
-            "gathered checkpoints": Budget("gathered checkpoints", "2·C bytes (the checkpoint being gathered and "
-                                           "at most the previous one)", 2 * C, "bytes"),
+            "checkpoint bytes": Budget("checkpoint bytes", f"(L/k)·C/N + C + {BOOKKEEPING_BYTES:,} bytes per rank "
+                                       "(the checkpoint shards and y; C = B·d·8; plus scalars)",
+                                       (L // k) * C // N + C + BOOKKEEPING_BYTES, "bytes"),
+            "gathered checkpoints": Budget("gathered checkpoints", f"4·C + {BOOKKEEPING_BYTES:,} bytes (the "
+                                           "checkpoint being gathered, the gradient handed down, and the previous "
+                                           "segment's checkpoint and output on their way out)",
+                                           4 * C + BOOKKEEPING_BYTES, "bytes"),
+            "gathered in time": Budget("gathered in time", "2 checkpoints gathered and waiting for their segment "
+                                       "(the one being recomputed, and at most the next)", AHEAD, "count"),
             "peak memory": Budget("peak memory", "W + G + 2·C + (L/k)·C/N + 2·C + 2·C + k·A + 2·B·h·8 bytes "
                                   "(A = B·(d+2h)·8)",
                                   2 * W + 2 * C + (L // k) * C // N + 2 * C + 2 * C + k * A + WORKSPACE, "bytes"),
+            "compute": Budget("compute", "4·L·F per rank (serial forward and backward 3·L·F, plus one forward; "
+                              f"F = 4·B·d·h = {F:,} a block's forward)", 4 * L * F, "count"),
         }
 
     def check(self, obs: Observation, ref, inputs):
@@ -104,54 +139,76 @@ class ActivationSharding(Checkpointing):
                             f"after sharded_forward rank {r} still held {fmt(kept[r], 'bytes')} more than before "
                             f"it ({kept[r] / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
                             measured=kept[r], budget=b,
-                            diagnosis="" if ok else self.diagnose_kept(kept[r], results[r]["gathers"], k)))
-
-        b = budgets["gathered checkpoints"]
-        alive = [res["gathers"]["max_alive"] for res in results]
-        over = [r for r in range(N) if alive[r] > b.value]
-        r = over[0] if over else max(range(N), key=lambda q: alive[q])
-        gathers = results[r]["gathers"]
-        ok = not over
-        if gathers["calls"] == 0:
-            message = f"rank {r} never all-gathered (so it held no gathered buffer; budget {b.describe()})"
-        else:
-            message = (f"rank {r} all-gathered {gathers['calls']} times; at most {fmt(alive[r], 'bytes')} of gathered "
-                       f"buffers ({gathers['max_alive_count']} of them) were alive at one all-gather, "
-                       f"{'within' if ok else 'over'} the budget {b.describe()}")
-        checks.append(Check("gathered checkpoints", ok, message, measured=alive[r], budget=b,
-                            diagnosis="" if ok else self.diagnose_gathered(alive[r], gathers, k)))
-
-        checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, r, k)))
+                            diagnosis="" if ok else self.diagnose_kept(kept[r], obs, r, k)))
+        checks += [self.held_check(obs, budgets["gathered checkpoints"]),
+                   self.in_time_check(obs, budgets["gathered in time"], k),
+                   peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, r, k)),
+                   compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
+                                 least=3 * L * F)]
         return checks
 
+    def held_check(self, obs: Observation, budget: Budget) -> Check:
+        held = [res["held_at_gathers"] for res in obs.results]
+        most = [max(h, default=0) for h in held]
+        over = [r for r in range(N) if most[r] > budget.value]
+        r = over[0] if over else max(range(N), key=lambda q: most[q])
+        ok = not over
+        if not held[r]:
+            return Check("gathered checkpoints", True, f"rank {r} communicated nothing in its backward (so it held "
+                         f"no gathered checkpoint; budget {budget.describe()})", measured=0, budget=budget)
+        shown = ", ".join(f"{h / C:.2f}·C" for h in held[r])
+        message = (f"at its {len(held[r])} collectives in the backward, rank {r} held, beyond what it held when the "
+                   f"backward began and the weights' gradients: {shown}; at most {fmt(most[r], 'bytes')}, "
+                   f"{'within' if ok else 'over'} the budget {budget.describe()}")
+        diagnosis = ""
+        if not ok:
+            steps = [b - a for a, b in zip(held[r], held[r][1:])]
+            if len(steps) >= 2 and all(abs(s - C) <= BOOKKEEPING_BYTES for s in steps[1:]):
+                diagnosis = ("what the rank held grew by one checkpoint (C) at every gather: each gathered checkpoint "
+                             "was kept after its segment's backward. Let it go (del, or rebind every name that holds "
+                             "it, the recomputed input and its graph included) before gathering the next")
+        return Check("gathered checkpoints", ok, message, measured=most[r], budget=budget, diagnosis=diagnosis)
+
+    def in_time_check(self, obs: Observation, budget: Budget, k: int) -> Check:
+        ahead = [gathered_ahead(obs, r, k) for r in range(N)]
+        most = [max((g - d for g, d in a), default=0) for a in ahead]
+        over = [r for r in range(N) if most[r] > budget.value]
+        r = over[0] if over else max(range(N), key=lambda q: most[q])
+        ok = not over
+        if ok:
+            return Check("gathered in time", True, f"at most {most[r]} gathered checkpoint(s) waited for their "
+                         f"segment at once on any rank, within the budget {budget.describe()}",
+                         measured=most[r], budget=budget)
+        gathered, done = next((g, d) for g, d in ahead[r] if g - d == most[r])
+        message = (f"rank {r} had gathered {gathered} checkpoints' worth of bytes (C = {fmt(C, 'bytes')} each) when it "
+                   f"had backpropagated through {done} segments: {most[r]} gathered checkpoints waited for their "
+                   f"segment at once, over the budget {budget.describe()}")
+        diagnosis = ""
+        if done == 0 and gathered >= L // k:
+            diagnosis = ("every checkpoint was gathered before any segment's backward: you gathered them all up "
+                         "front. Gather each one right before recomputing its segment")
+        return Check("gathered in time", False, message, measured=most[r], budget=budget, diagnosis=diagnosis)
+
     @staticmethod
-    def diagnose_kept(kept, gathers, k) -> str:
+    def diagnose_kept(kept, obs, r, k) -> str:
         if kept > (L // k) * C + C:
             return (f"the forward left about {kept / A:.1f} blocks' worth of autograd activations alive: it built "
                     f"the autograd graph. Run it under torch.no_grad()")
         if kept >= (L // k - 1) * C + C:
-            if gathers["calls"] == 0:
+            if not any(e["kind"] in GATHERS for e in obs.events_of(r, "comm")):
                 return (f"every rank kept the full checkpoints ({kept / C:.0f}·C, puzzle 1's answer) and never "
-                        f"all-gathered: keep only this rank's rows of each, 1/N = 1/{N} of it")
-            return (f"the full checkpoints are still alive ({kept / C:.0f}·C) although you all-gather in backward: "
+                        f"gathered them: keep only this rank's rows of each, 1/N = 1/{N} of it")
+            return (f"the full checkpoints are still alive ({kept / C:.0f}·C) although you gather in backward: "
                     f"your shards are probably views (`c.chunk(N)[rank]`, `c[rows]`), and a view keeps the whole "
                     f"tensor's memory alive. `.clone()` the shard")
         return f"keep only this rank's 1/{N} of each checkpoint, and y"
 
     @staticmethod
-    def diagnose_gathered(alive, gathers, k) -> str:
-        if alive >= (L // k) * C:
-            return (f"{alive / C:.0f} whole checkpoints were alive at once: you gathered them all up front. "
-                    f"Gather each one right before recomputing its segment, and let it go after its backward")
-        return ("gathered checkpoints pile up: let each go (del, or rebind every name that holds it, including "
-                "the recomputed input and its graph) before gathering the next")
-
-    @staticmethod
     def diagnose_peak(obs, r, k) -> str:
         res = obs.results[r]
-        if res["kept"] > (L // k) * C // N + C:
+        if res["kept"] > (L // k) * C // N + C + BOOKKEEPING_BYTES:
             return "the peak follows from what the forward kept (see checkpoint bytes)"
-        if res["gathers"]["max_alive"] > 2 * C:
+        if max(res["held_at_gathers"], default=0) > 4 * C + BOOKKEEPING_BYTES:
             return "the peak follows from the gathered checkpoints kept alive together (see gathered checkpoints)"
         return ("more than one segment's activations were alive at once: recompute one segment at a time, right "
                 "before backpropagating through it, and let its graph and output go before the next")

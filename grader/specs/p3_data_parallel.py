@@ -1,4 +1,10 @@
-"""p3 data parallel: one SGD step, gradients averaged across ranks by all-reduce."""
+"""p3 data parallel: one SGD step, gradients averaged across ranks by all-reduce.
+
+The rules, each measured as such: the updated weights (every rank, against the full-batch serial step), each
+rank's compute (1/N of the serial step: its own rows, not the gathered batch), and the bytes each rank sends (no
+more than an all-reduce of every gradient, whatever collectives carry them). The program also returns what is
+left in w.grad, which tells a summed gradient from a scaled learning rate.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,16 @@ from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
 from ..core.compare import ratio
-from ..core.result import Budget, Check, fmt
+from ..core.result import Budget
+from ..core.rules import BOOKKEEPING_BYTES, communication_check, compute_check
 from ..core.spec import Observation, PuzzleSpec, check_layers
 
 N, B, D, H, L, LR = 4, 32, 64, 256, 4, 0.1
+ROWS = B // N  # b: rows per rank
+GRADIENT_BYTES = 2 * L * D * H * 8
+ALL_REDUCE_BYTES = 2 * (N - 1) * GRADIENT_BYTES // N  # what each rank sends in an all-reduce of every gradient
+SHARE_FLOPS = 12 * ROWS * D * H * L  # per block 2 forward and 4 backward matmuls of 2·b·d·h FLOPs
+LEAST_FLOPS = SHARE_FLOPS - 2 * ROWS * D * H  # the same without the batch's own gradient (block 0's x @ w1)
 
 
 def sgd_step(layers, x, target, lr):
@@ -20,6 +32,15 @@ def sgd_step(layers, x, target, lr):
     loss_fn(forward(x, layers), target).backward()
     new = [(w1.detach() - lr * w1.grad, w2.detach() - lr * w2.grad) for w1, w2 in layers]
     return new, [(w1.grad, w2.grad) for w1, w2 in layers]
+
+
+def _detached(t):
+    return t.detach() if isinstance(t, torch.Tensor) else t
+
+
+def _close(got, expected) -> bool:
+    return (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+            and bool(torch.allclose(got, expected, rtol=1e-8, atol=1e-12)))
 
 
 class DataParallel(PuzzleSpec):
@@ -35,10 +56,10 @@ class DataParallel(PuzzleSpec):
         return {"layers": init_layers(L, D, H, seed + 1), "x": x, "target": target, "lr": LR}
 
     def reference(self, inputs):
-        new, _ = sgd_step(inputs["layers"], inputs["x"], inputs["target"], inputs["lr"])
+        new, grads = sgd_step(inputs["layers"], inputs["x"], inputs["target"], inputs["lr"])
         shards = zip(inputs["x"].chunk(N), inputs["target"].chunk(N))
         local = [sgd_step(inputs["layers"], xs, ts, inputs["lr"])[0] for xs, ts in shards]
-        return {"layers": new, "local_layers": local}
+        return {"layers": new, "grads": grads, "local_layers": local}
 
     def launch(self, inputs):
         shards = list(zip(inputs["x"].chunk(N), inputs["target"].chunk(N)))
@@ -49,56 +70,97 @@ class DataParallel(PuzzleSpec):
 
         def run(dist, layers, lr, x_shard, target_shard):
             step(dist, x_shard, target_shard, layers, lr)
-            return {"layers": [(w1.detach(), w2.detach()) for w1, w2 in layers]}
+            pairs = [pair if isinstance(pair, (tuple, list)) and len(pair) == 2 else (pair, None) for pair in layers]
+            return {"layers": [(_detached(w1), _detached(w2)) for w1, w2 in pairs],
+                    "grads": [tuple(_detached(getattr(w, "grad", None)) for w in pair) for pair in pairs]}
 
         return run
 
     def budgets(self, inputs):
-        return {"all-reduce volume": Budget("all-reduce volume", "2·L·d·h·8 bytes (every gradient once)",
-                                            2 * L * D * H * 8, "bytes")}
+        return {
+            "compute": Budget("compute", "1/N of the serial step: 12·b·d·h·L (b = B/N rows; per block 2 forward "
+                              "and 4 backward matmuls of 2·b·d·h)", SHARE_FLOPS, "count"),
+            "communication": Budget("communication", f"2(N-1)/N·G + {BOOKKEEPING_BYTES:,} bytes (an all-reduce of "
+                                    f"every gradient, G = 2·L·d·h·8 bytes, plus scalars)",
+                                    ALL_REDUCE_BYTES + BOOKKEEPING_BYTES, "bytes"),
+        }
 
     def check(self, obs: Observation, ref, inputs):
         got = [r["layers"] for r in obs.results]
-        diagnose = lambda bad: self.diagnose(bad, got, ref, inputs)  # noqa: E731
+        budgets = self.budgets(inputs)
+        diagnose = lambda bad: self.diagnose(bad, obs.results, ref, inputs)  # noqa: E731
         return [check_layers("updated weights", got, ref["layers"], "updated weights", diagnose),
-                self.check_volume(obs, self.budgets(inputs)["all-reduce volume"])]
+                compute_check(obs, budgets["compute"], self.diagnose_compute, least=LEAST_FLOPS),
+                communication_check(obs, budgets["communication"], diagnose=self.diagnose_communication)]
 
-    def check_volume(self, obs: Observation, budget: Budget) -> Check:
-        """Every rank all-reduced exactly the gradients' bytes (scalars such as a logged loss not counted)."""
-        volumes = [sum(e["nbytes"] for e in obs.events_of(r, "comm", "all_reduce") if e["nbytes"] > 8)
-                   for r in range(obs.world_size)]
-        wrong = [(r, v) for r, v in enumerate(volumes) if v != budget.value]
-        if not wrong:
-            return Check("all-reduce volume", True,
-                         f"every rank all-reduced {fmt(volumes[0], 'bytes')}, the gradients' {budget.describe()}",
-                         measured=volumes[0], budget=budget)
-        r, v = wrong[0]
-        hint = ("less than the gradients: some gradient was never all-reduced" if v < budget.value else
-                "more than the gradients: a gradient was all-reduced twice (a hook registered twice?), or more "
-                "than the gradients was sent")
-        return Check("all-reduce volume", False,
-                     f"rank {r} all-reduced {fmt(v, 'bytes')}; the gradients are {budget.describe()}: {hint}",
-                     measured=v, budget=budget)
+    @staticmethod
+    def diagnose_compute(rank, fwd, bwd) -> str:
+        share_fwd = 4 * ROWS * D * H * L
+        if fwd >= N * share_fwd:
+            return (f"rank {rank} ran {fwd / share_fwd:.2f}x its share of the forward: as much as the serial step "
+                    f"on the whole batch, or more. Each rank computes on its own {ROWS} rows only; the ranks share "
+                    f"their gradients, not their inputs")
+        return (f"rank {rank} ran {fwd / share_fwd:.2f}x its share of the forward and {bwd / (2 * share_fwd):.2f}x "
+                f"its share of the backward: one forward and one backward on its own rows is all the step needs")
 
-    def diagnose(self, bad, got, ref, inputs) -> str:
-        """Name the likely mistake from the first mismatching weight's update."""
+    @staticmethod
+    def diagnose_communication(rank, by_kind) -> str:
+        reduced = by_kind.get("all_reduce", (0, 0))[1]
+        others = sorted(k for k in by_kind if k != "all_reduce")
+        if reduced >= 2 * ALL_REDUCE_BYTES - BOOKKEEPING_BYTES:
+            return (f"the all-reduces alone sent {reduced / ALL_REDUCE_BYTES:.2f}x an all-reduce of every gradient: "
+                    f"some gradient was all-reduced more than once (a hook registered twice, or all-reduced in a "
+                    f"hook and again after backward?)")
+        if others:
+            return (f"rank {rank} used {', '.join(others)}, which sent more than the gradients' sum needs: averaging "
+                    f"the gradients takes an all_reduce (or a reduce_scatter_tensor then an all_gather_into_tensor, "
+                    f"which send the same bytes)")
+        return ""
+
+    def diagnose(self, bad, results, ref, inputs) -> str:
+        """Name the likely mistake from the first mismatching weight's update, and from what w.grad holds."""
         rank, index, which = bad[0].meta
         k = 0 if which == "w1" else 1
         w0 = inputs["layers"][index][k].detach()
-        delta = got[rank][index][k] - w0
+        got = bad[0].got
+        if not isinstance(got, torch.Tensor) or got.shape != w0.shape or got.dtype != w0.dtype:
+            return ""  # the message says what it is
+        delta = got - w0
         if delta.abs().max() == 0:
             return ("the weights did not change: update them in place (`w -= lr * w.grad` under torch.no_grad()), "
                     "not by rebinding a name")
+        grads = results[rank].get("grads") or []
+        pair = grads[index] if index < len(grads) else None
+        grad = pair[k] if isinstance(pair, (tuple, list)) and len(pair) == 2 else None
+        mean = ref["grads"][index][k]
         f = ratio(delta, ref["layers"][index][k] - w0)
         if f is not None and abs(f - N) < 1e-6:
-            return (f"the update is exactly {N}x too large: the gradients were summed across ranks, not averaged "
-                    f"(divide by dist.get_world_size(), after wait() for an async all-reduce)")
+            if _close(grad, N * mean):
+                return (f"the update is exactly {N}x too large, and w.grad holds {N}x the mean gradient: the "
+                        f"gradients were summed across ranks, not averaged (divide by dist.get_world_size(), after "
+                        f"wait() for an async all-reduce)")
+            if _close(grad, mean):
+                return (f"w.grad holds the averaged gradient, but the update is exactly {N}x too large: the update "
+                        f"multiplies by {N} (the learning rate scaled by the world size?)")
+            return (f"the update is exactly {N}x too large: the gradients summed across ranks and not averaged, or "
+                    f"the learning rate scaled by {N}")
         if f is not None and abs(f - 1 / N) < 1e-6:
-            return f"the update is exactly {N}x too small: the gradients were divided by {N} twice?"
+            if _close(grad, mean / N):
+                return f"the update is exactly {N}x too small, and so is w.grad: the gradients were divided by {N} twice"
+            if _close(grad, mean):
+                return (f"w.grad holds the averaged gradient, but the update is exactly {N}x too small: the update "
+                        f"divides by {N} once more (the gradient divided by {N} twice, or the learning rate by {N})")
+            return (f"the update is exactly {N}x too small: the gradients divided by {N} twice, or the learning rate "
+                    f"divided by {N}")
         local = ref["local_layers"][rank][index][k] - w0
         if torch.allclose(delta, local, rtol=1e-8, atol=1e-12):
+            if _close(grad, mean):
+                return (f"rank {rank} stepped with its own local gradient, although w.grad ends up averaged: it "
+                        f"updated before the all-reduce's result was there (before wait()?), or from a copy")
             return (f"rank {rank} stepped with its own local gradient: the gradients were never all-reduced, or "
                     f"the result was never used (all-reduced a copy? updated before wait()?)")
+        if f is not None:
+            return f"the update of {bad[0].label} is exactly {f:.6g}x the serial one"
         return ""
 
 

@@ -1,142 +1,30 @@
 """p4 tensor parallel: the Megatron MLP, column-parallel w1 and row-parallel w2, joined by the conjugate
 operators f (identity forward, all-reduce backward) and g (all-reduce forward, identity backward).
 
-Diagnosis works by replaying the common mistakes: all N ranks run together in one serial autograd graph, with f
-and g replaced by operators whose forward and backward are each "keep your own" or "sum over the ranks" (times k).
-An answer that matches one mistaken pair to float64 precision is named."""
+The rules, each measured as such: output, input gradient and shard gradients against the serial model; each
+rank's compute (1/N of the serial MLP's FLOPs: it works with its shards, never the full weights); the bytes each
+rank sends in forward and in backward (at most one all-reduce of a [B, d] activation per block each way, whatever
+collectives carry them); and the peak memory (weights 1/N). Wrong values are named by replaying the common
+mistakes (tensor_parallel_mistakes.py)."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
 from ..core.compare import values_check
 from ..core.result import Budget, Check, fmt
-from ..core.spec import Observation, PuzzleSpec
+from ..core.rules import communication_check, compute_check
+from ..core.spec import Observation, PuzzleSpec, pair_at
+from .tensor_parallel_mistakes import (BACKWARD_MISTAKES, FORWARD_MISTAKES, MODEL_TOL, B, D, H, HS, L, Models, N,
+                                       matches, shard)
 
-N, B, D, H, L = 4, 32, 64, 512, 3
-HS = H // N  # hidden columns per rank
 F64 = 8
 W = 2 * L * D * H * F64  # bytes of all the weights
-MODEL_TOL = 1e-8
-
-
-def shard(layers, rank):
-    """Rank r's pieces: the r-th column block of w1 and the r-th row block of w2, for every block."""
-    cols = slice(rank * HS, (rank + 1) * HS)
-    return [(w1.detach()[:, cols].clone(), w2.detach()[cols, :].clone()) for w1, w2 in layers]
-
-
-# ---- replaying mistakes. All N ranks run together in one serial autograd graph, each with its own copy of x and
-# its own shards; the only link between them is `_Link`, an operator on the N ranks' tensors whose forward and
-# backward are each one of: keep each rank's own tensor ("id"), or give every rank the sum ("sum") times k.
-# The right answer is in = ("id", "sum") (f) and out = ("sum", "id") (g); each common mistake changes one of them.
-
-ID, SUM, AVG, TWICE = ("id", 1), ("sum", 1), ("sum", 1 / N), ("sum", N)
-
-
-def _combine(mode, tensors):
-    op, k = mode  # (autograd hands backward zeros, never None, for outputs that got no gradient)
-    if op == "id":
-        return [t * k if k != 1 else t.clone() for t in tensors]
-    total = sum(tensors)
-    return [total * k if k != 1 else total.clone() for _ in tensors]
-
-
-class _Link(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, fwd, bwd, *tensors):
-        ctx.bwd = bwd
-        return tuple(_combine(fwd, tensors))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return (None, None, *_combine(ctx.bwd, grads))
-
-
-def replay(inputs, f_mode, g_mode):
-    """Every rank's y, x.grad and shard gradients when f is `f_mode` = (forward, backward) and g is `g_mode`."""
-    shards = [[(w1.requires_grad_(), w2.requires_grad_()) for w1, w2 in shard(inputs["layers"], r)]
-              for r in range(N)]
-    xs = [inputs["x"].detach().clone().requires_grad_() for _ in range(N)]
-    hs = xs
-    for i in range(L):
-        ins = _Link.apply(*f_mode, *hs)
-        partials = [F.gelu(ins[r] @ shards[r][i][0]) @ shards[r][i][1] for r in range(N)]
-        outs = _Link.apply(*g_mode, *partials)
-        hs = [h + o for h, o in zip(hs, outs)]
-    sum(loss_fn(h, inputs["target"]) for h in hs).backward()  # the ranks' graphs meet only in _Link
-    return [{"y": hs[r].detach(), "x_grad": xs[r].grad, "grads": [(w1.grad, w2.grad) for w1, w2 in shards[r]]}
-            for r in range(N)]
-
-
-# name -> (f's (forward, backward), g's (forward, backward), the diagnosis). The forward mistakes are named from
-# y alone; the backward ones (y right) from x.grad and the shard gradients.
-FORWARD_MISTAKES = {
-    "f_forward_reduces": (
-        (SUM, SUM), (SUM, ID),
-        "the output is what you get when f's forward all-reduces too: every rank already holds the whole x, so "
-        f"summing it over the ranks feeds {N}·x into the block (all-reduce in both f and g?). f's forward is the "
-        "identity; only g's forward all-reduces"),
-    "g_average": (
-        (ID, SUM), (AVG, ID),
-        f"the MLP branch is exactly {N}x too small: g's forward averaged the partial outputs (ReduceOp.AVG or a "
-        "division by the world size). The partials a_r @ w2_r are pieces of one matrix product: sum them"),
-    "g_forward_no_reduce": (
-        (ID, SUM), (ID, ID),
-        "each rank's output is built from its own partial sums a_r @ w2_r only: g's forward must all-reduce "
-        "(sum) the partial outputs of the row-parallel layer"),
-    "branch_twice": (
-        (ID, SUM), (TWICE, ID),
-        f"the MLP branch is exactly {N}x too large: the output was all-reduced twice (once the partials are "
-        f"summed, every rank holds the same tensor, and summing it again multiplies it by {N})"),
-    "f_g_swapped": (
-        (SUM, ID), (ID, SUM),
-        "f and g are swapped: the input went through an all-reduce (summing the ranks' copies of x) and the "
-        "partial outputs did not. f (identity forward) goes before w1, g (all-reduce forward) after w2"),
-}
-
-BACKWARD_MISTAKES = {
-    "f_backward_identity": (
-        (ID, ID), (SUM, ID),
-        "x.grad on each rank holds only that rank's share of the branch's input gradient: f's backward must "
-        "all-reduce (sum) the partial input gradients, since each rank's w1_r sees only its own columns"),
-    "g_backward_reduces": (
-        (ID, SUM), (SUM, SUM),
-        f"the gradients through the MLP branch are exactly {N}x too large (the last block's weight gradients "
-        f"are {N}x the serial ones): g's backward all-reduces too. Every rank already holds the whole dL/dy, "
-        "so g's backward is the identity"),
-    "f_backward_average": (
-        (ID, AVG), (SUM, ID),
-        f"the branch's input gradient is {N}x too small: f's backward averaged (ReduceOp.AVG or a division by "
-        "the world size); the ranks' partial input gradients must be summed"),
-    "reduce_in_g_backward": (
-        (ID, ID), (SUM, SUM),
-        "the backward all-reduce is in g instead of f: g's backward should be the identity (every rank holds the "
-        "whole dL/dy), and f's backward should all-reduce the partial input gradients"),
-}
-
-
-def matches(got, expected, keys) -> bool:
-    def close(a, b):
-        if not isinstance(a, torch.Tensor) or b is None or a.shape != b.shape:
-            return False
-        return (a - b).abs().max().item() <= MODEL_TOL * max(1.0, b.abs().max().item())
-
-    for key in keys:
-        if key == "grads":
-            g = got.get("grads") or []
-            if len(g) != L or any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in g):
-                return False
-            if not all(close(a, b) for pa, pb in zip(g, expected["grads"]) for a, b in zip(pa, pb)):
-                return False
-        elif not close(got.get(key), expected[key]):
-            return False
-    return True
-
+ACTIVATION_ALL_REDUCE = 2 * (N - 1) * B * D * F64 // N  # what a rank sends in an all-reduce of a [B, d] activation
+SHARE_FLOPS = 12 * B * D * H * L // N  # per block 2 forward and 4 backward matmuls of 2·B·d·h, split N ways
 
 class TensorParallel(PuzzleSpec):
     id, name, title = "p4", "tensor_parallel", "Tensor parallel"
@@ -171,6 +59,9 @@ class TensorParallel(PuzzleSpec):
             y = tp_forward(dist, x, shards)
             if not isinstance(y, torch.Tensor):
                 raise TypeError(f"tp_forward must return y, a tensor [{B}, {D}]; it returned {type(y).__name__}")
+            if y.shape != (B, D):
+                raise TypeError(f"tp_forward must return y of shape [{B}, {D}], the whole output on every rank; it "
+                                f"returned shape {list(y.shape)}")
             if not y.requires_grad:
                 raise RuntimeError("tp_forward returned a y that autograd cannot differentiate (y.requires_grad is "
                                    "False): was it computed under torch.no_grad(), or detached?")
@@ -188,15 +79,21 @@ class TensorParallel(PuzzleSpec):
                 "W/N; per block the saved activations x@w1_r and gelu(x@w1_r) [B, h/N] and the block's output "
                 "[B, d]; x, target and two [B, d] gradients)",
                 2 * W // N + L * (2 * hidden + act) + 4 * act, "bytes"),
-            "forward all-reduces": Budget("forward all-reduces", "L (one per block, in g's forward)", L, "count"),
-            "backward all-reduces": Budget("backward all-reduces", "L (one per block, in f's backward)", L, "count"),
+            "compute": Budget("compute", "1/N of the serial MLP: 12·B·d·h·L/N (per block 2 forward and 4 backward "
+                              "matmuls of 2·B·d·h, split N ways)", SHARE_FLOPS, "count"),
+            "forward communication": Budget("forward communication", "L·2(N-1)/N·B·d·8 bytes (one all-reduce of "
+                                            "a [B, d] activation per block, in g's forward)",
+                                            L * ACTIVATION_ALL_REDUCE, "bytes"),
+            "backward communication": Budget("backward communication", "L·2(N-1)/N·B·d·8 bytes (one all-reduce "
+                                             "of a [B, d] gradient per block, in f's backward)",
+                                             L * ACTIVATION_ALL_REDUCE, "bytes"),
         }
 
     # ---- checks
 
     def check(self, obs: Observation, ref, inputs):
         got = obs.results
-        models = _Models(inputs)
+        models = Models(inputs)
         checks = [
             values_check("output", [(f"rank {r}: y", got[r].get("y"), ref["y"], r) for r in range(N)], "outputs",
                          lambda bad: self.diagnose_output(bad, got, models)),
@@ -207,8 +104,10 @@ class TensorParallel(PuzzleSpec):
                          lambda bad: self.diagnose_grads(bad, got, ref, models, "grads")),
         ]
         budgets = self.budgets(inputs)
-        checks.append(self.count_check(obs, "forward", budgets["forward all-reduces"]))
-        checks.append(self.count_check(obs, "backward", budgets["backward all-reduces"]))
+        checks.append(compute_check(obs, budgets["compute"], self.diagnose_compute, least=SHARE_FLOPS))
+        for phase in ("forward", "backward"):
+            checks.append(communication_check(obs, budgets[f"{phase} communication"], f"{phase} communication",
+                                              phase, lambda r, by_kind, phase=phase: self.diagnose_sent(phase, by_kind)))
         checks.append(self.memory_check(obs, budgets["peak memory"]))
         return checks
 
@@ -216,9 +115,8 @@ class TensorParallel(PuzzleSpec):
     def grad_pairs(got, ref):
         pairs = []
         for r in range(N):
-            grads = got[r].get("grads") or []
             for i in range(L):
-                pair = grads[i] if i < len(grads) and isinstance(grads[i], (tuple, list)) else (None, None)
+                pair = pair_at(got[r].get("grads"), i)
                 cols, rows = f"[:, {r * HS}:{(r + 1) * HS}]", f"[{r * HS}:{(r + 1) * HS}, :]"
                 expected = ref["grads"][r][i]
                 pairs.append((f"rank {r}: shards[{i}].w1.grad (serial w1.grad{cols})", pair[0], expected[0],
@@ -253,6 +151,9 @@ class TensorParallel(PuzzleSpec):
         if key == "grads" and all(m.meta[1] != L - 1 for m in bad):
             return ("the last block's weight gradients are right but earlier blocks' are not: the gradient "
                     "flowing back down the residual stream is wrong; check f's backward")
+        if key == "x_grad" and all(g.get("x_grad") is None for g in got):
+            return ("x.grad is None on every rank: the graph that tp_forward built does not reach x (was x "
+                    "detached, or replaced, before the first block?)")
         if key == "x_grad" and self.ranks_disagree(got, "x_grad"):
             return ("the ranks disagree on x.grad: each rank's dL/dx is a partial sum (its w1_r sees only its "
                     "columns), so f's backward must all-reduce it")
@@ -266,45 +167,26 @@ class TensorParallel(PuzzleSpec):
         return any((v - values[0]).abs().max().item() > MODEL_TOL * max(1.0, values[0].abs().max().item())
                    for v in values[1:])
 
-    def count_check(self, obs, phase, budget) -> Check:
-        name = f"{phase} all-reduces"
-        for r in range(N):
-            reduces = obs.events_of(r, "comm", "all_reduce", phase)
-            if len(reduces) != budget.value:
-                sizes = sorted({e["nbytes"] for e in reduces})
-                other = [e for e in obs.events_of(r, "comm", phase=phase) if e["kind"] != "all_reduce"]
-                also = ""
-                if other:
-                    kinds = sorted({e["kind"] for e in other})
-                    also = (f"; it also issued {len(other)} other collective(s) ({', '.join(kinds)}, "
-                            f"{fmt(sum(e['nbytes'] for e in other), 'bytes')} in all)")
-                message = (f"rank {r} issued {len(reduces)} all-reduce(s) in {phase}"
-                           f"{' (sizes: ' + ', '.join(fmt(s, 'bytes') for s in sizes) + ')' if sizes else ''}{also}; "
-                           f"expected {budget.describe()}, each of a [B, d] activation, B·d·8 = "
-                           f"{fmt(B * D * F64, 'bytes')}")
-                return Check(name, False, message, measured=len(reduces), budget=budget,
-                             diagnosis=self.count_diagnosis(phase, len(reduces), other))
-        return Check(name, True, f"every rank issued {int(budget.value)} all-reduces in {phase}, as expected: "
-                                 f"{budget.describe()}",
-                     measured=int(budget.value), budget=budget)
+    @staticmethod
+    def diagnose_compute(rank, fwd, bwd) -> str:
+        if fwd + bwd >= N * SHARE_FLOPS:
+            return (f"rank {rank} computed {(fwd + bwd) / SHARE_FLOPS:.2f}x its share: the work of the whole MLP, as "
+                    f"if with the full weights. Tensor parallelism multiplies each rank's own shards only")
+        return f"rank {rank} computed {(fwd + bwd) / SHARE_FLOPS:.2f}x its share of the MLP's matmuls"
 
     @staticmethod
-    def count_diagnosis(phase, count, other) -> str:
-        if other and any(e["kind"].startswith(("all_gather", "broadcast")) for e in other):
+    def diagnose_sent(phase, by_kind) -> str:
+        """Name the excess from the collectives that carried it."""
+        if any(k.startswith(("all_gather", "broadcast")) for k in by_kind):
             return ("weights (or activations) were gathered: tensor parallelism keeps each weight split and "
                     "moves only the [B, d] activations, with one all-reduce per block each way")
-        if phase == "forward":
-            if count == 2 * L:
-                return ("two all-reduces per block in forward: all-reduce in both f and g (or twice in g)? f's "
-                        "forward is the identity (every rank already holds the whole x); only g's forward all-reduces")
-            if count == 0:
-                return "no all-reduce in forward: g's forward must sum the partial outputs with an all-reduce"
-        else:
-            if count == 2 * L:
-                return ("two all-reduces per block in backward: g's backward all-reduces too? It is the identity "
-                        "(every rank already holds the whole dL/dy)")
-            if count == 0:
-                return "no all-reduce in backward: f's backward must all-reduce the partial input gradients"
+        count = by_kind.get("all_reduce", (0, 0))[0]
+        if count == 2 * L and phase == "forward":
+            return ("two all-reduces per block in forward: f's forward all-reduces as well as g's, or g's all-reduces "
+                    "twice (the output check says which). f's forward is the identity; only g's all-reduces")
+        if count == 2 * L:
+            return ("two all-reduces per block in backward: g's backward all-reduces as well as f's, or f's "
+                    "all-reduces twice (the gradient checks say which). g's backward is the identity")
         return ""
 
     def memory_check(self, obs, budget) -> Check:
@@ -324,19 +206,6 @@ class TensorParallel(PuzzleSpec):
                          f"{fmt(W // N, 'bytes')}): full weights gathered onto every rank? Keep w1_r and w2_r "
                          "as they are and all-reduce activations instead")
         return Check("peak memory", False, message, measured=peak, budget=budget, diagnosis=diagnosis)
-
-
-class _Models:
-    """The replayed mistakes, computed on demand (only when an answer is wrong) and cached."""
-
-    def __init__(self, inputs):
-        self.inputs, self.cache = inputs, {}
-
-    def get(self, name):
-        if name not in self.cache:
-            f_mode, g_mode, _ = {**FORWARD_MISTAKES, **BACKWARD_MISTAKES}[name]
-            self.cache[name] = replay(self.inputs, f_mode, g_mode)
-        return self.cache[name]
 
 
 SPEC = TensorParallel()

@@ -1,10 +1,13 @@
-"""p6 pipeline parallel, 1F1B: p5's checks, and rank 0 holds at most p microbatches' activations (GPipe holds m)."""
+"""p6 pipeline parallel, 1F1B: p5's checks, the 1F1B schedule itself (no rank holds more than p - rank
+microbatches at once), and rank 0's activation memory (at most p microbatches; GPipe holds m)."""
 
 from __future__ import annotations
 
 from ..core.result import Budget, Check, fmt
+from ..core.rules import most_held
 from ..core.spec import Observation
-from .p5_gpipe import B, D, H, MB, M, P, PER, PipelineSpec
+from .pipeline import PipelineSpec
+from .pipeline_values import B, D, F_TICKS, H, M, MB, P, PER
 
 WEIGHTS = PER * 2 * D * H * 8  # this stage's weights; their gradients are as many bytes again
 STATIC = 2 * WEIGHTS + 2 * B * D * 8  # weights, gradients, x and the returned dL/dx on rank 0
@@ -12,10 +15,15 @@ ACT = PER * (2 * MB * H + MB * D) * 8  # one microbatch's activations on one sta
 WORKSPACE = D * H * 8 + ACT // 2  # a weight's fresh gradient before it is added into w.grad, plus slack
 
 
+def one_f_one_b(rank: int) -> str:
+    """The 1F1B order of `rank`: p-1-rank warm-up forwards, then forward/backward pairs, then the cool-down."""
+    warmup = min(P - 1 - rank, M)
+    return "F" * warmup + "FB" * (M - warmup) + "B" * warmup
+
+
 class OneFOneB(PipelineSpec):
     id, name, title = "p6", "one_f_one_b", "Pipeline parallel (1F1B)"
     entries = ("one_f_one_b_step",)
-    schedule = "1F1B"
     hints = ("Rank r runs p-1-r warm-up forwards, then one forward and one backward at a time, then the "
              "backwards left over.",
              "Backward the oldest microbatch held (a queue, not a stack).",
@@ -23,6 +31,8 @@ class OneFOneB(PipelineSpec):
 
     def budgets(self, inputs):
         budgets = super().budgets(inputs)
+        budgets["1F1B schedule"] = Budget("1F1B schedule", "p - rank microbatches held at once on each rank "
+                                          "(forwards begun minus backwards done; p on rank 0)", P, "count")
         budgets["stage-0 activation memory"] = Budget(
             "stage-0 activation memory", "p·A + d·h·8 + A/2 bytes (A = one microbatch's stage activations, "
             f"{ACT:,} bytes)", P * ACT + WORKSPACE, "bytes")
@@ -33,43 +43,85 @@ class OneFOneB(PipelineSpec):
         return [STATIC + self.budgets(inputs)["stage-0 activation memory"].value] + [None] * (self.world_size - 1)
 
     def extra_checks(self, obs: Observation, ref, inputs) -> list[Check]:
-        budget = self.budgets(inputs)["stage-0 activation memory"]
+        budgets = self.budgets(inputs)
+        return [self.schedule_check(obs, budgets["1F1B schedule"]),
+                self.memory_check(obs, budgets["stage-0 activation memory"])]
+
+    def schedule_check(self, obs: Observation, budget: Budget) -> Check:
+        sequences = [self.sequence(obs, r) for r in range(P)]
+        held = [most_held(s)[0] for s in sequences]
+        limits = [min(P - r, M) for r in range(P)]
+        over = [r for r in range(P) if held[r] > limits[r]]
+        shown = ", ".join(f"rank {r}: {h}" for r, h in enumerate(held))
+        if not over:
+            return Check("1F1B schedule", True, f"the most microbatches each rank held at once (forwards begun minus "
+                         f"backwards done): {shown}; 1F1B allows p - rank: {', '.join(map(str, limits))}",
+                         measured=held[0], budget=budget)
+        r = over[0]
+        n, at = most_held(sequences[r])
+        message = (f"rank {r} held {n} microbatches at once (after {at + 1} units of work), more than "
+                   f"p - rank = {limits[r]}. Rank {r} ran {sequences[r] or '(nothing)'}; 1F1B runs "
+                   f"{one_f_one_b(r)} (F: one microbatch's forward through the stage, B: its backward, read off the "
+                   f"FLOPs). Held at once, per rank: {shown}")
+        return Check("1F1B schedule", False, message, measured=held[r], budget=budget,
+                     diagnosis=self.diagnose_schedule(r, sequences[r], n))
+
+    @staticmethod
+    def diagnose_schedule(rank: int, sequence: str, n: int) -> str:
+        ahead = sequence.index("B") if "B" in sequence else len(sequence)
+        forwards = sequence.count("F")
+        if ahead >= M and forwards == M:
+            return (f"still all forwards before all backwards: rank {rank} ran all {M} forwards before its first "
+                    f"backward, GPipe's order. Rank r runs p-1-r warm-up forwards, then alternates one forward and "
+                    f"one backward")
+        if forwards > M:
+            return (f"rank {rank} began {forwards} microbatch forwards for m = {M} microbatches: forwards ran again "
+                    f"(recomputation?), so its count of what it holds never comes down. 1F1B keeps each "
+                    f"microbatch's activations until its backward and runs each forward once")
+        if ahead > P - rank and "FF" in sequence[ahead:]:
+            return (f"rank {rank} ran {ahead} forwards before its first backward, and later two forwards in a row "
+                    f"again: after the p-1-rank warm-up forwards, 1F1B alternates one forward and one backward")
+        if ahead > P - rank:
+            return (f"rank {rank} ran {ahead} forwards before its first backward; 1F1B runs p - rank = {P - rank}: "
+                    f"{P - 1 - rank} warm-up forwards (p-1-rank), then the steady state's first forward, then a "
+                    f"backward. Is the warm-up count off by one?")
+        return (f"rank {rank} started with {ahead} forwards, as 1F1B does, but later ran two forwards in a row "
+                f"without a backward between, and held {n}: after the warm-up, alternate one forward and one "
+                f"backward")
+
+    def memory_check(self, obs: Observation, budget: Budget) -> Check:
         held = obs.peak_bytes[0] - STATIC
         ok = held <= budget.value
         microbatches = max(0.0, (held - D * H * 8) / ACT)
         ahead = self.forwards_before_first_backward(obs, 0)
-        schedule = (f"; rank 0 ran {ahead:.0f} forwards before its first backward (1F1B: p = {P}, GPipe: m = {M})"
+        schedule = (f"; rank 0 ran {ahead} forwards before its first backward (1F1B: p = {P}, GPipe: m = {M})"
                     if ahead is not None else "")
         message = (f"rank 0 peaked at {fmt(obs.peak_bytes[0], 'bytes')}, {fmt(held, 'bytes')} above its weights, "
                    f"gradients, x and dL/dx ({STATIC:,} bytes): about {microbatches:.1f} microbatches' activations "
                    f"(A = {ACT:,} bytes each) plus a weight gradient's workspace, {'within' if ok else 'over'} the "
                    f"budget {budget.describe()}{schedule}")
-        diagnosis = "" if ok else self.diagnose_memory(obs)
-        return [Check("stage-0 activation memory", ok, message, measured=held, budget=budget, diagnosis=diagnosis)]
+        return Check("stage-0 activation memory", ok, message, measured=held, budget=budget,
+                     diagnosis="" if ok else self.diagnose_memory(obs))
 
     def diagnose_memory(self, obs: Observation) -> str:
-        ahead = self.forwards_before_first_backward(obs, 0)
+        sequence = self.sequence(obs, 0)
+        if most_held(sequence)[0] > P:
+            return "the peak follows from the microbatches rank 0 held at once (see 1F1B schedule)"
         top = obs.ledgers[0].get("peak_by_line", [])[:3]
         sites = "; ".join(f"{s['site']}: {s['bytes']:,} bytes" for s in top)
-        if ahead is not None and round(ahead) >= M:
-            return (f"still all forwards before all backwards: your schedule holds {M} microbatches on stage 0 "
-                    f"(it ran all {M} forwards before its first backward, GPipe's order); 1F1B holds at most "
-                    f"p = {P}. Rank r runs p-1-r warm-up forwards, then alternates one forward and one backward")
-        if ahead is not None and round(ahead) > P:
-            n = round(ahead)
-            return (f"your schedule holds {n} microbatches on stage 0 (it ran {n} forwards before its first "
-                    f"backward); 1F1B holds at most p = {P}: {P - 1} warm-up forwards on rank 0 (p-1-rank), then the "
-                    f"steady state's first forward, then a backward. Is the warm-up count off by one?")
-        return (f"stage 0 ran {round(ahead) if ahead is not None else '?'} forwards before its first backward, as 1F1B "
-                f"should, but keeps more alive than its microbatches need: what was alive at the peak: {sites}. "
-                f"Drop each microbatch's tensors once its backward is done")
+        return (f"rank 0 never held more than p = {P} microbatches, as 1F1B should, but kept more alive than their "
+                f"activations: what was alive at the peak: {sites}. Drop each microbatch's tensors once its "
+                f"backward is done")
 
     def diagnose_bubble(self, obs: Observation) -> str:
+        if any(most_held(self.sequence(obs, r))[0] > min(P - r, M) for r in range(P)):
+            return ("a rank held more microbatches than 1F1B does (see 1F1B schedule), and the ranks before it "
+                    "waited for their gradients")
         ahead = [self.forwards_before_first_backward(obs, r) for r in range(P)]
         want = [min(P - r, M) for r in range(P)]
-        if None not in ahead and [round(a) for a in ahead] != want:
-            got = ", ".join(f"rank {r}: {a:.0f}" for r, a in enumerate(ahead))
-            short = [r for r in range(P) if round(ahead[r]) < want[r]]
+        if None not in ahead and ahead != want and max(obs.busy_ticks(r) for r in range(P)) <= M * 3 * F_TICKS:
+            got = ", ".join(f"rank {r}: {a}" for r, a in enumerate(ahead))
+            short = [r for r in range(P) if ahead[r] < want[r]]
             why = ("Too few in flight: a rank asks for a gradient that the ranks after it cannot have computed "
                    "yet, and waits" if short else
                    "Too many in flight: a rank that runs extra forwards first keeps the ranks before it waiting for "

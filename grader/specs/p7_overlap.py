@@ -1,6 +1,6 @@
 """p7 overlap: data parallel whose gradient all-reduces run asynchronously, hidden behind backward.
 
-The check that matters is the makespan on the simulated clock: compute C, plus at most about one block's
+p3's rules (updated weights, each rank's compute share, the bytes it sends), and the makespan. The check that matters is the makespan on the simulated clock: compute C, plus at most about one block's
 all-reduce A sticking out after backward, plus a tolerance T. The cost model makes a block's all-reduce (816
 ticks) a bit shorter than a block's backward (1,024 ticks), so a good overlap hides all but the last one, while
 synchronous all-reduces after backward add all 8 x 432 ticks of communication.
@@ -11,12 +11,14 @@ from __future__ import annotations
 from puzzles.sim import CostModel
 
 from ..core.result import Budget, Check, fmt
+from ..core.rules import BOOKKEEPING_BYTES, sent
 from ..core.spec import Observation
-from .p3_data_parallel import D, H, L, N, B, DataParallel
+from .p3_data_parallel import ALL_REDUCE_BYTES, B, D, H, L, N, DataParallel
 
 ROWS = B // N  # b: rows per rank
 COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=512)
 TOLERANCE_PERCENT = 5
+COMMUNICATION_BUDGET = ALL_REDUCE_BYTES + BOOKKEEPING_BYTES  # p3's
 
 # Compute of one step on one rank. Forward: 2 matmuls of 2·b·d·h FLOPs per block. Backward: 4 per block (input
 # gradient and weight gradient of each matmul), except block 0, whose input (the batch) needs no gradient: 3.
@@ -70,19 +72,25 @@ class Overlap(DataParallel):
 
     def diagnose_schedule(self, obs: Observation) -> str:
         """Why communication did not hide behind backward, read off rank 0's two streams."""
+        if max(obs.busy_ticks(r) for r in range(obs.world_size)) > compute_ticks():
+            return "the ranks computed more than the step needs (see compute), and the step took longer"
+        if max(sum(b for _, b in sent(obs, r).values()) for r in range(obs.world_size)) > COMMUNICATION_BUDGET:
+            return "the ranks sent more than an all-reduce of the gradients (see communication), and it took longer"
         compute = sorted(obs.events_of(0, "compute"), key=lambda e: e["start"])
         backward = [e for e in compute if e["kind"] == "backward"]
-        reduces = [e for e in obs.events_of(0, "comm", "all_reduce") if e["nbytes"] > 8]
+        reduces = [e for e in obs.events_of(0, "comm") if e["kind"] != "recv" and e["nbytes"] > 8]  # not scalars
         if not reduces or not backward:
-            return ("no gradient all-reduce ran on rank 0" if not reduces else
+            return ("rank 0 communicated no gradient" if not reduces else
                     "rank 0 ran no backward on the compute stream")
         bwd_start, bwd_end = backward[0]["start"], max(e["end"] for e in backward)
         first = min(e["start"] for e in reduces)
         if first >= bwd_end:
+            inside = [e for e in reduces if e["phase"] == "backward"]
+            when = ("" if inside else ", and none was issued while backward ran")
             return (f"every gradient all-reduce started after backward had finished (the first at tick {first:,}; "
-                    f"backward ended at tick {bwd_end:,}), so nothing overlapped: compute + all communication. "
-                    f"Launch each all-reduce from inside backward, as soon as its gradient is ready (a "
-                    f"post-accumulate-grad hook), with async_op=True")
+                    f"backward ended at tick {bwd_end:,}){when}, so nothing overlapped: compute + all "
+                    f"communication. Issue each one from inside backward as soon as its gradient is ready (in the "
+                    f"hook that fires then, register_post_accumulate_grad_hook), with async_op=True")
         idle = sum(max(0, b["start"] - a["end"]) for a, b in zip(compute, compute[1:])
                    if bwd_start <= b["start"] <= bwd_end)
         if idle >= weight_all_reduce_ticks():

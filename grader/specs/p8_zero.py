@@ -1,7 +1,8 @@
 """p8 ZeRO (stage 2): reduce-scatter the gradients, Adam on the local 1/N shard, all-gather the weights.
 
 Three checks: the weights after k Adam steps (against torch.optim.Adam on the serial model), the optimizer state
-a rank keeps (the ledger, against K·Ψ/N bytes), and the bytes sent (against data parallel's all-reduce volume).
+a rank keeps between steps (the ledger, after every step, against K·Ψ/N bytes plus bookkeeping, an excess named
+only by its size), and the bytes sent (at most data parallel's all-reduce volume).
 Adam is almost invariant to the scale of the gradient, so a forgotten average changes the weights only through
 eps: a small error, which the float64 comparison still sees and the diagnosis names.
 """
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ..core import probe
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
+from ..core import probe
 from ..core.result import Budget, Check, fmt
+from ..core.rules import BOOKKEEPING_BYTES, communication_check, sized_like
 from ..core.spec import Observation, PuzzleSpec, check_layers
 
 N, B, D, H, L, K_STEPS = 4, 32, 32, 64, 2, 3
@@ -23,7 +25,8 @@ PSI = 2 * L * D * H  # number of weights
 BYTES = 8  # float64
 STATE_BYTES_PER_WEIGHT = 3 * BYTES  # K: master + m + v, float64
 COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=512)
-COMMS = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "all_gather", "broadcast", "send")
+VECTOR = BYTES * PSI  # one full-size float64 vector: the flat weights or the flat gradient
+DATA_PARALLEL_BYTES = 2 * (N - 1) * VECTOR // N  # what a rank sends in one all-reduce of the gradients
 
 
 def adam_serial(layers, batches, lr, betas, eps, grad_scale=1.0, bias_correction=True):
@@ -90,7 +93,7 @@ class Zero(PuzzleSpec):
         def run(dist, layers, lr, betas, eps, xs, targets):
             before = probe.memory_now()
             opt = adam(dist, layers, lr, betas, eps)
-            state = None
+            states = []  # what the rank holds between steps, beyond what it held before the optimizer existed
             for x, target in zip(xs, targets):
                 loss = loss_fn(forward(x, layers), target)
                 loss.backward()
@@ -99,97 +102,107 @@ class Zero(PuzzleSpec):
                 for pair in layers:
                     for w in pair:
                         w.grad = None
-                if state is None:
-                    state = probe.memory_now() - before
-            return {"layers": [(w1.detach(), w2.detach()) for w1, w2 in layers], "state_bytes": state}
+                states.append(probe.memory_now() - before)
+            return {"layers": [(w1.detach(), w2.detach()) for w1, w2 in layers], "state_bytes": max(states),
+                    "state_per_step": states}
 
         return run
 
     def budgets(self, inputs):
         return {
-            "optimizer state": Budget("optimizer state", "K·Ψ/N bytes, K = 24 (float64 master 8 + m 8 + v 8)",
-                                      STATE_BYTES_PER_WEIGHT * PSI // N, "bytes"),
-            "communication": Budget("communication",
-                                    "2(N-1)/N · 8Ψ bytes per step x k steps (an all-reduce of the gradients)",
-                                    2 * (N - 1) * BYTES * PSI // N * K_STEPS, "bytes"),
+            "optimizer state": Budget("optimizer state", f"K·Ψ/N + {BOOKKEEPING_BYTES:,} bytes, K = 24 (float64 "
+                                      f"master 8 + m 8 + v 8; plus scalars such as a step counter)",
+                                      STATE_BYTES_PER_WEIGHT * PSI // N + BOOKKEEPING_BYTES, "bytes"),
+            "communication": Budget("communication", f"2(N-1)/N · 8Ψ bytes per step x k steps + "
+                                    f"{BOOKKEEPING_BYTES:,} (an all-reduce of the gradients, plus scalars)",
+                                    DATA_PARALLEL_BYTES * K_STEPS + BOOKKEEPING_BYTES, "bytes"),
         }
 
     def check(self, obs: Observation, ref, inputs):
         got = [r["layers"] for r in obs.results]
         budgets = self.budgets(inputs)
-        diagnose = lambda bad: self.diagnose(bad, got, ref, inputs)  # noqa: E731
+        diagnose = lambda bad: self.diagnose(bad, got, ref, inputs, obs)  # noqa: E731
         return [check_layers("weights after k steps", got, ref["layers"], f"weights after {K_STEPS} Adam steps",
                              diagnose),
                 self.check_state(obs, budgets["optimizer state"]),
-                self.check_communication(obs, budgets["communication"])]
+                communication_check(obs, budgets["communication"], diagnose=self.diagnose_communication)]
 
     def check_state(self, obs: Observation, budget: Budget) -> Check:
         states = [r["state_bytes"] for r in obs.results]
         worst = max(range(len(states)), key=lambda r: states[r])
         s = states[worst]
         ok = s <= budget.value
-        replicated = 2 * BYTES * PSI
-        message = (f"rank {worst} holds {fmt(s, 'bytes')} of optimizer state after the first step "
-                   f"({s / PSI:.3g} bytes per weight, Ψ = {PSI:,}), {'within' if ok else 'over'} the budget "
-                   f"{budget.describe()}; replicated Adam would hold 2·8·Ψ = {fmt(replicated, 'bytes')} of moments. "
-                   f"Per rank, all ranks: {', '.join(f'{x:,}' for x in states)} bytes")
-        diagnosis = ""
-        if not ok:
-            if s >= replicated:
-                diagnosis = (f"the whole Adam state is replicated on rank {worst}: m and v (and a master copy?) for "
-                             f"every weight, not for this rank's 1/{N} slice. Keep them for the shard only")
-            elif s - BYTES * PSI <= budget.value:
-                diagnosis = (f"{fmt(s - budget.value, 'bytes')} over the budget, as if one full-size float64 vector "
-                             f"(8Ψ = {fmt(BYTES * PSI, 'bytes')}) outlived the step. Is a shard a view of a flat "
-                             f"buffer (`flat[lo:hi]` keeps all of `flat` alive: take `.clone()`), or a flat "
-                             f"gradient or weight buffer kept as an attribute?")
-        return Check("optimizer state", ok, message, measured=s, budget=budget, diagnosis=diagnosis)
+        replicated = 2 * VECTOR
+        message = (f"rank {worst} held up to {fmt(s, 'bytes')} of optimizer state between steps "
+                   f"({s / PSI:.3g} bytes per weight, Ψ = {PSI:,}; after each step: "
+                   f"{', '.join(f'{x:,}' for x in obs.results[worst]['state_per_step'])}), "
+                   f"{'within' if ok else 'over'} the budget {budget.describe()}; replicated Adam would hold "
+                   f"2·8·Ψ = {fmt(replicated, 'bytes')} of moments. Per rank: {', '.join(f'{x:,}' for x in states)}")
+        return Check("optimizer state", ok, message, measured=s, budget=budget,
+                     diagnosis="" if ok else self.diagnose_state(worst, s, budget))
 
-    def check_communication(self, obs: Observation, budget: Budget) -> Check:
-        sent = []
-        for r in range(obs.world_size):
-            by_kind = {}
-            for e in obs.events_of(r, "comm"):
-                by_kind[e["kind"]] = by_kind.get(e["kind"], 0) + e["wire_bytes"]
-            sent.append(by_kind)
-        totals = [sum(k.values()) for k in sent]
-        wrong = [r for r, t in enumerate(totals) if t != budget.value]
-        r = wrong[0] if wrong else 0
-        parts = ", ".join(f"{kind} {fmt(b, 'bytes')}" for kind, b in sorted(sent[r].items())) or "nothing"
-        if not wrong:
-            return Check("communication", True, f"every rank sent {fmt(totals[0], 'bytes')} ({parts}), as much "
-                         f"as data parallel: {budget.describe()}", measured=totals[0], budget=budget)
-        t = totals[r]
-        per_step = budget.value // K_STEPS
-        diagnosis = ""
-        if sent[r].get("all_reduce", 0) >= per_step * K_STEPS and t > budget.value:
-            diagnosis = ("the full gradients were all-reduced, and the weights all-gathered on top: each rank needs "
-                         "only the average of its own shard of the gradient, which a reduce-scatter (half an "
-                         "all-reduce) gives it")
-        elif 2 * t == budget.value:
-            diagnosis = ("half of data parallel's volume: one of the two collectives is missing; were the updated "
-                         "shards never all-gathered?")
-        message = (f"rank {r} sent {fmt(t, 'bytes')} ({parts}); data parallel sends {budget.describe()}: "
-                   f"{'more' if t > budget.value else 'less'} than a reduce-scatter plus an all-gather per step")
-        return Check("communication", False, message, measured=t, budget=budget, diagnosis=diagnosis)
+    @staticmethod
+    def diagnose_state(rank, state, budget) -> str:
+        """Name what outlived the step only when the bytes held single it out."""
+        shard = VECTOR // N
+        whole = sized_like(state, {"m and v": 2 * VECTOR, "master, m and v": 3 * VECTOR,
+                                   "m and v (and a sharded master)": 2 * VECTOR + shard})
+        if whole is not None:
+            return (f"rank {rank} held exactly {whole} for every weight ({fmt(state, 'bytes')}): the whole Adam state "
+                    f"is replicated, not this rank's 1/{N} slice of it. Keep master, m and v for the shard only")
+        if sized_like(state - VECTOR, {"m, v": 2 * shard, "master, m, v": 3 * shard}):
+            return (f"what rank {rank} held is the shards' state plus one full-size float64 vector (8Ψ = "
+                    f"{fmt(VECTOR, 'bytes')}) that outlived the step. Is a shard a view of a flat buffer "
+                    f"(`flat[lo:hi]` keeps all of `flat` alive: take `.clone()`), a master copy of all the weights, "
+                    f"or a flat gradient or weight buffer kept as an attribute?")
+        if sized_like(state - 2 * VECTOR, {"m, v": 2 * shard, "master, m, v": 3 * shard}):
+            return (f"what rank {rank} held is the shards' state plus two full-size float64 vectors (2·8Ψ): flat "
+                    f"buffers of the gradient and of the weights kept between steps?")
+        if sized_like(state - shard, {"master, m, v": 3 * shard}):
+            return (f"rank {rank} held one shard-size float64 vector (8Ψ/N = {fmt(shard, 'bytes')}) more than "
+                    f"master, m and v: a gradient shard kept between steps (a parameter's .grad? set it to None "
+                    f"after the update), or a fourth state vector?")
+        return (f"rank {rank} held {state / shard:.2f} shard-size float64 vectors' worth (8Ψ/N = "
+                f"{fmt(shard, 'bytes')}); master, m and v are 3 of them")
 
-    def diagnose(self, bad, got, ref, inputs) -> str:
+    @staticmethod
+    def diagnose_communication(rank, by_kind) -> str:
+        if by_kind.get("all_reduce", (0, 0))[1] >= DATA_PARALLEL_BYTES * K_STEPS:
+            also = ", and the weights all-gathered on top" if any(k.startswith("all_gather") for k in by_kind) else ""
+            return (f"the all-reduces alone sent as much as all-reducing the full gradients{also}: each rank needs "
+                    f"only the average of its own shard of the gradient, which a reduce-scatter (half an all-reduce) "
+                    f"gives it")
+        return ""
+
+    def diagnose(self, bad, got, ref, inputs, obs: Observation) -> str:
         """Name the likely mistake from the first rank whose weights are off."""
         rank = bad[0].meta[0]
-        mine, start = flat(got[rank]), flat(inputs["layers"])
-        if mine.shape != start.shape:
-            return ""
+        start = flat(inputs["layers"])
+        mine = as_flat(got[rank], inputs["layers"])
+        if mine is None or not torch.isfinite(mine).all():
+            return ""  # not the weights' shapes, or not finite: the message says what
+        narrow = [(e["kind"], e["nbytes"]) for e in obs.events_of(rank, "comm")
+                  if e["kind"] != "recv" and e["nbytes"] in (4 * PSI, 4 * PSI // N)]
+        if narrow:
+            kind, nbytes = narrow[0]
+            return (f"rank {rank}'s {kind} carried {nbytes:,} bytes, 4 bytes for each of its {nbytes // 4:,} numbers: "
+                    f"float32. Keep the master copy, m, v and what the collectives carry in float64, as the weights")
         unchanged = (mine == start).double().mean().item()
         if unchanged > 0.99:
-            return "the weights did not change: copy the gathered weights into each w in place (w.copy_(...))"
-        if unchanged >= (N - 1) / N - 0.01:
-            return (f"{100 * unchanged:.0f}% of rank {rank}'s weights still hold their initial values: only its "
-                    f"own shard was updated. The updated shards were never all-gathered into the weights "
+            return ("the weights did not change: copy the gathered weights into each w in place (w.copy_(...)), "
+                    "not into a new tensor or a rebound name")
+        lo, hi = rank * PSI // N, (rank + 1) * PSI // N
+        outside = torch.cat([mine[:lo] == start[:lo], mine[hi:] == start[hi:]]).all().item()
+        if outside and not torch.equal(mine[lo:hi], start[lo:hi]):
+            return (f"rank {rank}'s own shard (elements {lo:,} to {hi - 1:,}) was updated and every other weight still "
+                    f"holds its initial value: the updated shards were never all-gathered into the weights "
                     f"(all_gather_into_tensor, then copy into every w)")
-        close = lambda layers: all(  # noqa: E731
-            torch.allclose(a, b, rtol=0, atol=1e-8 * max(1.0, b.abs().max().item()))
-            for pa, pb in zip(got[rank], layers) for a, b in zip(pa, pb))
         batches, layers = inputs["batches"], inputs["layers"]
+
+        def close(candidate):
+            expected = flat(candidate)
+            return bool((mine - expected).abs().max() <= 1e-8 * max(1.0, expected.abs().max().item()))
+
         if close(adam_serial(layers, batches, LR, BETAS, EPS, grad_scale=N)):
             return (f"the gradients were summed across ranks, not averaged ({N}x too large; divide the "
                     f"reduce-scattered shard by {N}). Adam divides m by sqrt(v), so it hardly notices the scale: "
@@ -197,11 +210,29 @@ class Zero(PuzzleSpec):
         if close(adam_serial(layers, batches, LR, BETAS, EPS, bias_correction=False)):
             return ("the bias correction is missing: divide m by 1 - beta1^t and v by 1 - beta2^t (t = 1 at the "
                     "first step), as torch.optim.Adam does")
-        others = [r for r in range(len(got)) if r != rank and not torch.equal(flat(got[r]), mine)]
+        others = [r for r in range(len(got)) if r != rank and not _same(as_flat(got[r], layers), mine)]
         if others:
             return (f"the ranks disagree: rank {rank}'s weights differ from rank {others[0]}'s, though every rank "
                     f"should end with the same all-gathered weights")
         return ""
+
+
+def as_flat(layers, like) -> torch.Tensor | None:
+    """The weights as one float64 vector, when they are tensors of the right shapes (else None)."""
+    try:
+        pairs = [tuple(pair) for pair in layers]
+        if len(pairs) != len(like) or any(len(p) != 2 for p in pairs):
+            return None
+        ws = [w for pair in pairs for w in pair]
+        if not all(isinstance(w, torch.Tensor) and w.shape == e.shape for w, e in zip(ws, (e for p in like for e in p))):
+            return None
+        return torch.cat([w.detach().double().reshape(-1) for w in ws])
+    except TypeError:
+        return None
+
+
+def _same(a, b) -> bool:
+    return a is not None and torch.equal(a, b)
 
 
 SPEC = Zero()

@@ -5,7 +5,7 @@ rank holds all the weights, W instead of W/N, and no activation is ever all-redu
 import torch
 import torch.nn.functional as F
 
-EXPECTED_FAILURES = {"peak memory", "forward all-reduces", "backward all-reduces"}
+EXPECTED_FAILURES = {"peak memory", "compute", "forward communication"}
 DIAGNOSIS = "full weights gathered onto every rank"
 
 

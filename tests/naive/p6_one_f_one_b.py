@@ -5,7 +5,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
-EXPECTED_FAILURES = {"stage-0 activation memory"}
+EXPECTED_FAILURES = {"1F1B schedule", "stage-0 activation memory"}
 DIAGNOSIS = "still all forwards before all backwards"
 
 

@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import block, forward
 
+MISTAKE = "each segment is recomputed from the stack's input instead of from its own checkpoint"
 EXPECTED_FAILURES = {"compute"}
 DIAGNOSIS = "recomputed from the stack's input"
 

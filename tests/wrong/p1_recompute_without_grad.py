@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import block, forward
 
+MISTAKE = "the segments are recomputed under torch.no_grad(), so there is no graph to backpropagate through"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "was recomputed without a graph"
 

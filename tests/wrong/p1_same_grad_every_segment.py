@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import block, forward
 
+MISTAKE = "grad_y is backpropagated into every segment instead of the gradient of that segment's output"
 EXPECTED_FAILURES = {"gradients"}
 DIAGNOSIS = "every segment was backpropagated from grad_y"
 

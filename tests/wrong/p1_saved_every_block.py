@@ -4,6 +4,7 @@ import torch
 
 from puzzles.model import block
 
+MISTAKE = "the input of every block is kept (k = 1 whatever k is)"
 EXPECTED_FAILURES = {"checkpoint bytes"}
 DIAGNOSIS = "you kept every block's input"
 

@@ -6,6 +6,7 @@ import torch.utils.checkpoint
 
 from puzzles.model import forward
 
+MISTAKE = "torch.utils.checkpoint is called instead of writing checkpointing"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "the puzzle is to write activation checkpointing by hand"
 

@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import block, forward
 
+MISTAKE = "the gradients are all-reduced (summed) across ranks that already hold complete gradients"
 EXPECTED_FAILURES = {"gradients"}
 DIAGNOSIS = "did you all-reduce (sum) the gradients"
 

@@ -4,6 +4,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "only rank 0 all-reduces one of the weights: a deadlock"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "DeadlockError"
 

@@ -4,6 +4,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "averaged with ReduceOp.AVG and divided by the world size again"
 EXPECTED_FAILURES = {"updated weights"}
 DIAGNOSIS = "divided by 4 twice"
 

@@ -2,6 +2,7 @@
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "names are rebound instead of updating the weights in place"
 EXPECTED_FAILURES = {"updated weights"}
 DIAGNOSIS = "the weights did not change"
 

@@ -4,6 +4,7 @@ both ways and g all-reduces both ways. One all-reduce per block each way, so onl
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "the backward all-reduce is in g instead of f"
 EXPECTED_FAILURES = {"input gradient", "weight gradients"}
 DIAGNOSIS = "the backward all-reduce is in g instead of f"
 

@@ -4,6 +4,7 @@ refuses it, and the error must reach the learner with the line."""
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "a backward returns one gradient for a forward of two inputs"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "incorrect number of gradients"
 

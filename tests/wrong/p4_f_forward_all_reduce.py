@@ -4,7 +4,8 @@ already holds the whole x, so the sum feeds N·x into every block."""
 import torch
 import torch.nn.functional as F
 
-EXPECTED_FAILURES = {"output", "input gradient", "weight gradients", "forward all-reduces"}
+MISTAKE = "f all-reduces in forward as well as in backward"
+EXPECTED_FAILURES = {"output", "input gradient", "weight gradients", "forward communication"}
 DIAGNOSIS = "all-reduce in both f and g?"
 
 

@@ -4,6 +4,7 @@ w2. Still one all-reduce per block each way, so only the values give it away."""
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "f and g are used the wrong way round"
 EXPECTED_FAILURES = {"output", "input gradient", "weight gradients"}
 DIAGNOSIS = "f and g are swapped"
 

@@ -4,6 +4,7 @@ them: the MLP branch comes out N times too small."""
 import torch
 import torch.nn.functional as F
 
+MISTAKE = "g's forward averages the partial outputs instead of summing them"
 EXPECTED_FAILURES = {"output", "input gradient", "weight gradients"}
 DIAGNOSIS = "g's forward averaged the partial outputs"
 

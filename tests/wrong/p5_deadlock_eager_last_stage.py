@@ -6,6 +6,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "the last stage sends gradients back while the stage before it is still sending activations: both send first"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "both send first"
 

@@ -1,12 +1,13 @@
 """p5 mistake: rank 0 does not backpropagate into its input (its microbatches do not require grad) and returns
-no dL/dx. Its backward is then cheaper than the other stages', the stages are uneven, and the bubble ends up
-over the formula too: both failures name the cause."""
+no dL/dx. Its backward is then cheaper than the stage's share of the work: the compute check sees the missing
+matmuls, the input gradient check the missing dL/dx."""
 
 import torch
 
 from puzzles.model import forward, loss_fn
 
-EXPECTED_FAILURES = {"input gradients", "bubble"}
+MISTAKE = "rank 0 does not backpropagate into its input and returns no dL/dx"
+EXPECTED_FAILURES = {"input gradients", "stage compute"}
 DIAGNOSIS = "rank 0 returned no dL/dx"
 
 

@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "the microbatch losses are not scaled by 1/m"
 EXPECTED_FAILURES = {"stage gradients", "input gradients"}
 DIAGNOSIS = "exactly 8x the reference"
 

@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "each microbatch goes through the whole pipeline and back before the next one starts"
 EXPECTED_FAILURES = {"bubble"}
 DIAGNOSIS = "before the forward of the next microbatch"
 

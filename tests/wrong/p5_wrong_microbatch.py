@@ -6,6 +6,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "the last stage runs its backwards in another order than the other stages"
 EXPECTED_FAILURES = {"stage gradients", "input gradients"}
 DIAGNOSIS = "gradient received for the wrong microbatch"
 

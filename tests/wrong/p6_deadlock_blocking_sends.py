@@ -8,6 +8,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "1F1B with blocking sends: neighbours both send first"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "both send first"
 

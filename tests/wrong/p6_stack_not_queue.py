@@ -9,6 +9,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "the microbatches held are backwarded newest first (a stack, not a queue)"
 EXPECTED_FAILURES = {"stage gradients", "input gradients"}
 DIAGNOSIS = "gradient received for the wrong microbatch"
 

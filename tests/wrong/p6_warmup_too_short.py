@@ -8,6 +8,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "one warm-up forward too few (p-2-rank)"
 EXPECTED_FAILURES = {"bubble"}
 DIAGNOSIS = "Is the warm-up count p-1-rank?"
 

@@ -5,6 +5,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "async all-reduces, all launched after backward"
 EXPECTED_FAILURES = {"makespan"}
 DIAGNOSIS = "started after backward had finished"
 

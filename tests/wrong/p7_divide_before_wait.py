@@ -3,6 +3,7 @@ is still in flight (on a GPU: a race that silently corrupts the gradient). The s
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "the gradient is divided while its async all-reduce is in flight"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "while its async all_reduce"
 

@@ -4,6 +4,7 @@ import torch
 
 from puzzles.model import forward, loss_fn
 
+MISTAKE = "the summed gradients are never divided by the world size"
 EXPECTED_FAILURES = {"updated weights"}
 DIAGNOSIS = "summed across ranks, not averaged"
 

@@ -3,6 +3,7 @@ the right weights, but 1.5 x the communication of data parallel (ZeRO-1 done the
 
 import torch
 
+MISTAKE = "the full gradients are all-reduced instead of reduce-scattered"
 EXPECTED_FAILURES = {"communication"}
 DIAGNOSIS = "a reduce-scatter (half an all-reduce)"
 

@@ -3,6 +3,7 @@ by a large factor: (1 - beta1) / sqrt(1 - beta2) = 3.2 at the first step."""
 
 import torch
 
+MISTAKE = "Adam without bias correction"
 EXPECTED_FAILURES = {"weights after k steps"}
 DIAGNOSIS = "bias correction is missing"
 

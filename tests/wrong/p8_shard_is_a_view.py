@@ -3,6 +3,7 @@ alive: the optimizer holds 8 Psi bytes more than its shards."""
 
 import torch
 
+MISTAKE = "the master shard is a view of the flat weights, which keeps them all alive"
 EXPECTED_FAILURES = {"optimizer state"}
 DIAGNOSIS = "keeps all of `flat` alive"
 

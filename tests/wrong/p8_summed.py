@@ -3,6 +3,7 @@ invariant to the gradient's scale, so the weights are off only by a little (thro
 
 import torch
 
+MISTAKE = "the reduce-scattered gradient is summed, not averaged"
 EXPECTED_FAILURES = {"weights after k steps"}
 DIAGNOSIS = "summed across ranks, not averaged"
 

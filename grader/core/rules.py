@@ -1,0 +1,138 @@
+"""Rules that several puzzles state, each measured once, the same way for every puzzle and every backend.
+
+    compute        the FLOPs each rank computed (every matmul, by torch's own FLOP formulas), against its share
+    communication  the bytes each rank sent (the ring algorithm's wire bytes, over every collective and send)
+    work sequence  a pipeline stage's compute as whole microbatch forwards and backwards, read off its FLOPs,
+                   and how many microbatches it held at once
+    excess         a memory excess named by its size, only when the size singles one thing out
+
+A rule measures what the puzzle's text states, whatever style the answer is written in: FLOPs (not which
+function ran them), bytes sent (not which collective sent them), microbatches held (not how the loop is written).
+The budgets that would otherwise be exact admit BOOKKEEPING_BYTES beyond their formula (the others have room for
+it already), so that a step counter or a logged loss never fails an answer, while a vector of the model's size
+still does.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from .result import Budget, Check, fmt
+from .spec import Observation
+
+BOOKKEEPING_BYTES = 1024
+
+
+# ---- compute
+
+
+def flops(obs: Observation, rank: int, kind: str | None = None) -> int:
+    """The FLOPs `rank` computed; kind "backward" counts what ran inside autograd's backward, "forward" the rest."""
+    return sum(e["flops"] for e in obs.events_of(rank, "compute", kind))
+
+
+def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "compute", least: int = 0) -> Check:
+    """Every rank computed at most budget.value FLOPs, and at least `least`: the matmuls its share of the work
+    cannot do without (fewer means work skipped, or done without matmuls, out of the FLOP count's sight).
+    `diagnose(rank, forward_flops, backward_flops)` may say what an excess is, from its size."""
+    per_rank = [flops(obs, r) for r in range(obs.world_size)]
+    off = [r for r, f in enumerate(per_rank) if f > budget.value or f < least]
+    r = off[0] if off else max(range(obs.world_size), key=per_rank.__getitem__)
+    fwd, bwd = flops(obs, r, "forward"), flops(obs, r, "backward")
+    ok = not off
+    who = f"rank {r}" if obs.world_size > 1 else "your code"
+    if per_rank[r] < least:
+        verdict = f"below the {least:,} FLOPs that its share of the step cannot do without (budget {budget.describe()})"
+    else:
+        verdict = f"{'within' if ok else 'over'} the budget {budget.describe()} FLOPs"
+    message = (f"{who} computed {per_rank[r]:,} FLOPs ({fwd:,} outside backward, {bwd:,} inside it; "
+               f"{per_rank[r] / budget.value:.2f}x the budget), {verdict}")
+    if obs.world_size > 1:
+        message += f". Per rank: {', '.join(f'{f:,}' for f in per_rank)} FLOPs"
+    if ok:
+        diagnosis = ""
+    elif per_rank[r] < least:
+        diagnosis = (f"{who} computed fewer FLOPs than its share needs: some of its work was skipped (see the values), "
+                     f"or done without matmuls (products and sums of elements), which the FLOP count does not see and "
+                     f"the puzzle does not allow")
+    else:
+        diagnosis = diagnose(r, fwd, bwd) if diagnose else ""
+    return Check(name, ok, message, measured=per_rank[r], budget=budget, diagnosis=diagnosis)
+
+
+# ---- communication
+
+
+def sent(obs: Observation, rank: int, phase: str | None = None) -> dict[str, tuple[int, int]]:
+    """What `rank` sent, by kind of op: {kind: (calls, wire bytes)}. Receives are counted by their sender."""
+    by_kind: dict[str, tuple[int, int]] = {}
+    for e in obs.events_of(rank, "comm", phase=phase):
+        if e["kind"] in ("recv", "new_group"):
+            continue
+        calls, nbytes = by_kind.get(e["kind"], (0, 0))
+        by_kind[e["kind"]] = (calls + 1, nbytes + e["wire_bytes"])
+    return by_kind
+
+
+def describe_sent(by_kind: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{kind} x{calls} {fmt(nbytes, 'bytes')}" for kind, (calls, nbytes) in sorted(by_kind.items())) \
+        or "nothing"
+
+
+def communication_check(obs: Observation, budget: Budget, name: str = "communication", phase: str | None = None,
+                        diagnose=None) -> Check:
+    """Every rank sent at most budget.value bytes (wire bytes, in `phase` if given: "forward" is everything issued
+    outside autograd's backward). `diagnose(rank, by_kind)` may name the excess."""
+    by_rank = [sent(obs, r, phase) for r in range(obs.world_size)]
+    totals = [sum(b for _, b in k.values()) for k in by_rank]
+    over = [r for r, t in enumerate(totals) if t > budget.value]
+    r = over[0] if over else max(range(obs.world_size), key=totals.__getitem__)
+    ok = not over
+    where = {"forward": " outside backward", "backward": " inside backward"}.get(phase or "", "")
+    message = (f"rank {r} sent {fmt(totals[r], 'bytes')}{where} ({describe_sent(by_rank[r])}), "
+               f"{'within' if ok else 'over'} the budget {budget.describe()}")
+    diagnosis = "" if ok or diagnose is None else diagnose(r, by_rank[r])
+    return Check(name, ok, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
+
+
+# ---- a pipeline stage's work, microbatch by microbatch
+
+
+def work_sequence(obs: Observation, rank: int, forward_flops: int, backward_flops: int) -> str:
+    """The rank's compute as a string of whole microbatch units, in the order it ran them: "F" when a microbatch's
+    forward begins (every forward_flops outside backward), "B" when a backward completes (every backward_flops
+    inside it). Read off FLOPs, so it does not depend on how the code is written or labelled."""
+    out, fwd, bwd, n_f, n_b = [], 0, 0, 0, 0
+    for e in sorted(obs.events_of(rank, "compute"), key=lambda e: (e["start"], e["end"])):
+        if e["kind"] == "backward":
+            bwd += e["flops"]
+            while (n_b + 1) * backward_flops <= bwd:
+                n_b += 1
+                out.append("B")
+        else:
+            fwd += e["flops"]
+            while n_f < ceil(fwd / forward_flops):
+                n_f += 1
+                out.append("F")
+    return "".join(out)
+
+
+def most_held(sequence: str) -> tuple[int, int]:
+    """(the most microbatches held at once, forwards begun minus backwards done; the index in `sequence` where
+    that was first reached)."""
+    held, best, at = 0, 0, -1
+    for i, op in enumerate(sequence):
+        held += 1 if op == "F" else -1
+        if held > best:
+            best, at = held, i
+    return best, at
+
+
+# ---- memory
+
+
+def sized_like(excess: int, sizes: dict[str, int]) -> str | None:
+    """The one name in `sizes` whose bytes match the excess (to within BOOKKEEPING_BYTES), or None when none or
+    several do: a diagnosis names a thing only when its size singles it out."""
+    hits = [name for name, n in sizes.items() if abs(excess - n) <= BOOKKEEPING_BYTES]
+    return hits[0] if len(hits) == 1 else None

@@ -1,0 +1,56 @@
+"""The rules several puzzles share (grader/core/rules.py), on hand-made observations: what they measure, and what
+they refuse to guess."""
+
+from grader.core.result import Budget
+from grader.core.rules import communication_check, compute_check, most_held, sized_like, work_sequence
+from grader.core.spec import Observation
+
+
+def event(rank, stream, kind, start, end, flops=0, wire_bytes=0, phase=""):
+    return {"rank": rank, "stream": stream, "kind": kind, "start": start, "end": end, "flops": flops,
+            "nbytes": wire_bytes, "wire_bytes": wire_bytes, "label": "", "phase": phase, "peers": (), "site": "",
+            "ops": 1}
+
+
+def observation(events, ranks=2):
+    return Observation([{}] * ranks, [0] * ranks, [{}] * ranks, events, max((e["end"] for e in events), default=0))
+
+
+def test_work_sequence_reads_microbatches_off_the_flops_however_the_events_are_cut():
+    f = 10
+    events = [event(0, "compute", "forward", 0, 1, 2 * f),  # two forwards merged into one event
+              event(0, "compute", "forward", 1, 2, f // 2),  # half a forward: it has begun
+              event(0, "compute", "backward", 2, 3, f),  # half a backward: not done yet
+              event(0, "compute", "forward", 3, 4, f // 2),
+              event(0, "compute", "backward", 4, 5, 5 * f)]
+    sequence = work_sequence(observation(events), 0, f, 2 * f)
+    assert sequence == "FFFBBB"
+    assert most_held(sequence) == (3, 2)
+
+
+def test_compute_check_has_a_ceiling_and_a_floor():
+    budget = Budget("compute", "share", 100, "count")
+    ok = compute_check(observation([event(0, "compute", "forward", 0, 1, 100), event(1, "compute", "forward", 0, 1, 90)]),
+                       budget, least=90)
+    assert ok.passed and "within" in ok.message
+    over = compute_check(observation([event(1, "compute", "backward", 0, 1, 400)]), budget,
+                         diagnose=lambda r, fwd, bwd: f"rank {r}: {fwd}+{bwd}")
+    assert not over.passed and over.diagnosis == "rank 1: 0+400"
+    under = compute_check(observation([event(0, "compute", "forward", 0, 1, 100)]), budget, least=50)
+    assert not under.passed and "without matmuls" in under.diagnosis and "rank 1" in under.message
+
+
+def test_communication_counts_what_each_rank_sends_in_the_phase_asked():
+    events = [event(0, "comm", "reduce_scatter_tensor", 0, 1, wire_bytes=30, phase="backward"),
+              event(0, "comm", "all_gather_into_tensor", 1, 2, wire_bytes=30, phase="forward"),
+              event(1, "comm", "recv", 0, 1, wire_bytes=500, phase="forward")]  # counted by its sender
+    budget = Budget("communication", "x", 60, "bytes")
+    assert communication_check(observation(events), budget).passed
+    assert communication_check(observation(events), Budget("b", "x", 30, "bytes"), phase="forward").passed
+    assert not communication_check(observation(events), Budget("b", "x", 29, "bytes"), phase="backward").passed
+
+
+def test_an_excess_is_named_only_when_its_size_singles_one_thing_out():
+    assert sized_like(65_536 + 4, {"full": 65_536, "shard": 16_384}) == "full"
+    assert sized_like(40_000, {"full": 65_536, "shard": 16_384}) is None
+    assert sized_like(100, {"a": 100, "b": 200}) is None  # both within 1 KiB: ambiguous, so neither
