@@ -193,8 +193,11 @@ def test_the_scan_spares_every_reference_naive_and_wrong_answer():
 
     files = [*(REPO / "solutions").glob("p*.py"), *(REPO / "tests" / "naive").glob("p*.py"),
              *(REPO / "tests" / "wrong").glob("p*.py"), *(REPO / "puzzles").glob("p*.py")]
-    flagged = {f.name: internals_used(f.read_text()) for f in files if internals_used(f.read_text())}
+    honest = [f for f in files if 'EXPECTED_STATUS = "tampered"' not in f.read_text()]  # the cheats are meant to be
+    flagged = {f.name: internals_used(f.read_text()) for f in honest if internals_used(f.read_text())}
     assert not flagged, flagged
+    cheats = [f for f in files if f not in honest]
+    assert cheats and all(internals_used(f.read_text()) or "imports" not in f.read_text() for f in cheats)
 
 
 # ---- memory hidden from the ledger

@@ -136,6 +136,13 @@ def _restore_members(cls: type, members: dict) -> None:
                     setattr(v, name, part)
 
 
+def _torch_own(value) -> bool:
+    """An object torch made itself. Importing a torch submodule lazily (torch.optim's first step imports
+    torch._dynamo) adds it to `torch` and lets it rewrap names such as torch.manual_seed: torch's own doing."""
+    module = getattr(value, "__module__", None) or ""
+    return module == "torch" or module.startswith("torch.")
+
+
 def _what_changed(where: str, before: _Print, after: _Print) -> list[str]:
     """'x was rebound to another object', or which members, items or attributes of x changed."""
     if after.value is not before.value:
@@ -201,10 +208,12 @@ class Fingerprint:
                 where = f"{name}.{attr}"
                 if attr not in attrs2:
                     out.append(f"{where} was deleted")
-                elif not before.same_as(attrs2[attr], grow_ok=where in GROWING or not ours):
+                elif not before.same_as(attrs2[attr], grow_ok=where in GROWING or not ours) and (
+                        ours or not _torch_own(attrs2[attr].value)):
                     out += _what_changed(where, before, attrs2[attr])
             out += [f"{name}.{attr} was added" for attr in sorted(attrs2.keys() - attrs.keys())
-                    if not isinstance(attrs2[attr].value, _SCALARS) or name.startswith(WATCHED_PREFIXES)]
+                    if ours or not (isinstance(attrs2[attr].value, (*_SCALARS, types.ModuleType))
+                                    or _torch_own(attrs2[attr].value))]
         for dotted, before in self.classes.items():
             after = later.classes.get(dotted)
             if after is None:

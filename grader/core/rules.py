@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from .compare import safe_diagnosis
 from .result import Budget, Check, fmt
 from .spec import Observation
 
@@ -56,7 +57,7 @@ def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "
                      f"or done without matmuls (products and sums of elements), which the FLOP count does not see and "
                      f"the puzzle does not allow")
     else:
-        diagnosis = diagnose(r, fwd, bwd) if diagnose else ""
+        diagnosis = safe_diagnosis(diagnose, r, fwd, bwd) if diagnose else ""
     return Check(name, ok, message, measured=per_rank[r], budget=budget, diagnosis=diagnosis)
 
 
@@ -91,7 +92,7 @@ def communication_check(obs: Observation, budget: Budget, name: str = "communica
     where = {"forward": " outside backward", "backward": " inside backward"}.get(phase or "", "")
     message = (f"rank {r} sent {fmt(totals[r], 'bytes')}{where} ({describe_sent(by_rank[r])}), "
                f"{'within' if ok else 'over'} the budget {budget.describe()}")
-    diagnosis = "" if ok or diagnose is None else diagnose(r, by_rank[r])
+    diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, r, by_rank[r])
     return Check(name, ok, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
 
 

@@ -16,7 +16,7 @@ import torch
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
-from ..core.compare import ratio, values_check
+from ..core.compare import ratio, safe_diagnosis, values_check
 from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, compute_check
@@ -184,7 +184,7 @@ def peak_check(obs: Observation, budget: Budget, hint) -> Check:
     if not ok:
         message += f". Largest at the peak: {largest_at_peak(obs.ledgers[r])}"
     return Check("peak memory", ok, message, measured=obs.peak_bytes[r], budget=budget,
-                 diagnosis="" if ok else hint(r))
+                 diagnosis="" if ok else safe_diagnosis(hint, r))
 
 
 # ---- the puzzle
@@ -260,7 +260,7 @@ class Checkpointing(PuzzleSpec):
         checks.append(Check("checkpoint bytes", ok,
                             f"after checkpointed_forward your code still held {fmt(kept, 'bytes')} more than "
                             f"before it ({kept / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
-                            measured=kept, budget=b, diagnosis="" if ok else self.diagnose_kept(kept, k)))
+                            measured=kept, budget=b, diagnosis="" if ok else safe_diagnosis(self.diagnose_kept, kept, k)))
         checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
         checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
                                     least=3 * L * F))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from ..core.compare import safe_diagnosis
 from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, compute_check
@@ -139,7 +140,7 @@ class ActivationSharding(Checkpointing):
                             f"after sharded_forward rank {r} still held {fmt(kept[r], 'bytes')} more than before "
                             f"it ({kept[r] / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
                             measured=kept[r], budget=b,
-                            diagnosis="" if ok else self.diagnose_kept(kept[r], obs, r, k)))
+                            diagnosis="" if ok else safe_diagnosis(self.diagnose_kept, kept[r], obs, r, k)))
         checks += [self.held_check(obs, budgets["gathered checkpoints"]),
                    self.in_time_check(obs, budgets["gathered in time"], k),
                    peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, r, k)),

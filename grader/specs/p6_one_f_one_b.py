@@ -3,11 +3,12 @@ microbatches at once), and rank 0's activation memory (at most p microbatches; G
 
 from __future__ import annotations
 
+from ..core.compare import safe_diagnosis
 from ..core.result import Budget, Check, fmt
 from ..core.rules import most_held
 from ..core.spec import Observation
 from .pipeline import PipelineSpec
-from .pipeline_values import B, D, F_TICKS, H, M, MB, P, PER
+from .pipeline_values import F_TICKS, MB, PER, B, D, H, M, P
 
 WEIGHTS = PER * 2 * D * H * 8  # this stage's weights; their gradients are as many bytes again
 STATIC = 2 * WEIGHTS + 2 * B * D * 8  # weights, gradients, x and the returned dL/dx on rank 0
@@ -64,7 +65,7 @@ class OneFOneB(PipelineSpec):
                    f"{one_f_one_b(r)} (F: one microbatch's forward through the stage, B: its backward, read off the "
                    f"FLOPs). Held at once, per rank: {shown}")
         return Check("1F1B schedule", False, message, measured=held[r], budget=budget,
-                     diagnosis=self.diagnose_schedule(r, sequences[r], n))
+                     diagnosis=safe_diagnosis(self.diagnose_schedule, r, sequences[r], n))
 
     @staticmethod
     def diagnose_schedule(rank: int, sequence: str, n: int) -> str:
@@ -101,7 +102,7 @@ class OneFOneB(PipelineSpec):
                    f"(A = {ACT:,} bytes each) plus a weight gradient's workspace, {'within' if ok else 'over'} the "
                    f"budget {budget.describe()}{schedule}")
         return Check("stage-0 activation memory", ok, message, measured=held, budget=budget,
-                     diagnosis="" if ok else self.diagnose_memory(obs))
+                     diagnosis="" if ok else safe_diagnosis(self.diagnose_memory, obs))
 
     def diagnose_memory(self, obs: Observation) -> str:
         sequence = self.sequence(obs, 0)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from puzzles.sim import CostModel
 
+from ..core.compare import safe_diagnosis
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, sent
 from ..core.spec import Observation
-from .p3_data_parallel import ALL_REDUCE_BYTES, B, D, H, L, N, DataParallel
+from .p3_data_parallel import ALL_REDUCE_BYTES, B, D, DataParallel, H, L, N
 
 ROWS = B // N  # b: rows per rank
 COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=512)
@@ -67,7 +68,7 @@ class Overlap(DataParallel):
                    f"{budget.describe()}. The compute stream was busy {fmt(compute, 'ticks')} and the "
                    f"communication stream {fmt(comm, 'ticks')}; {fmt(exposed, 'ticks')} of the step were not "
                    f"compute (communication left exposed)")
-        diagnosis = "" if ok else self.diagnose_schedule(obs)
+        diagnosis = "" if ok else safe_diagnosis(self.diagnose_schedule, obs)
         return Check("makespan", ok, message, measured=obs.makespan, budget=budget, diagnosis=diagnosis)
 
     def diagnose_schedule(self, obs: Observation) -> str:

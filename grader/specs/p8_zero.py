@@ -15,6 +15,7 @@ from puzzles.model import forward, init_layers, loss_fn, make_batch
 from puzzles.sim import CostModel
 
 from ..core import probe
+from ..core.compare import safe_diagnosis
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, communication_check, sized_like
 from ..core.spec import Observation, PuzzleSpec, check_layers
@@ -139,7 +140,7 @@ class Zero(PuzzleSpec):
                    f"{'within' if ok else 'over'} the budget {budget.describe()}; replicated Adam would hold "
                    f"2·8·Ψ = {fmt(replicated, 'bytes')} of moments. Per rank: {', '.join(f'{x:,}' for x in states)}")
         return Check("optimizer state", ok, message, measured=s, budget=budget,
-                     diagnosis="" if ok else self.diagnose_state(worst, s, budget))
+                     diagnosis="" if ok else safe_diagnosis(self.diagnose_state, worst, s, budget))
 
     @staticmethod
     def diagnose_state(rank, state, budget) -> str:

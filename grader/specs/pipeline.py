@@ -19,7 +19,7 @@ import torch
 
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 
-from ..core.compare import values_check
+from ..core.compare import safe_diagnosis, values_check
 from ..core.result import Budget, Check, fmt
 from ..core.rules import compute_check, flops, work_sequence
 from ..core.spec import Observation, PuzzleSpec
@@ -116,7 +116,7 @@ class PipelineSpec(PuzzleSpec):
                    f"{M} microbatches takes (m+p-1)·3F = {fmt(ideal, 'ticks')}). Compute per rank: "
                    f"{', '.join(f'{obs.busy_ticks(r):,}' for r in range(P))} ticks")
         return Check("bubble", ok, message, measured=round(bubble, 6), budget=budget,
-                     diagnosis="" if ok else self.diagnose_bubble(obs))
+                     diagnosis="" if ok else safe_diagnosis(self.diagnose_bubble, obs))
 
     # ---- what a rank ran, microbatch by microbatch
 

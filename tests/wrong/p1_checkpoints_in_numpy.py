@@ -6,7 +6,6 @@ import torch
 from puzzles.model import block
 
 MISTAKE = "every block's input is kept as a numpy array, out of the ledger's sight"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "HiddenMemoryError"
 

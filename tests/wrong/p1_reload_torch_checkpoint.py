@@ -8,9 +8,8 @@ import torch.utils.checkpoint
 from puzzles.model import forward
 
 MISTAKE = "torch.utils.checkpoint is reloaded to undo the grader's switch-off, then used"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "tampered"
-DIAGNOSIS = "torch.utils.checkpoint"
+DIAGNOSIS = "imports importlib"
 
 
 def checkpointed_forward(x, layers, k):

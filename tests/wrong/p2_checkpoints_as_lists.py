@@ -6,7 +6,6 @@ import torch
 from puzzles.model import block, forward
 
 MISTAKE = "the full checkpoints are kept as Python lists, out of the ledger's sight"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "HiddenMemoryError"
 

@@ -6,9 +6,8 @@ import grader.core.compare as compare
 from puzzles.model import forward, loss_fn
 
 MISTAKE = "the grader's tolerance is patched so that summed gradients pass"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "tampered"
-DIAGNOSIS = "REL_TOL"
+DIAGNOSIS = "imports grader.core.compare"
 
 
 def data_parallel_step(dist, x_shard, target_shard, layers, lr):

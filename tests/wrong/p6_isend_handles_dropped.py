@@ -9,7 +9,6 @@ import torch
 from puzzles.model import forward, loss_fn
 
 MISTAKE = "the isend handles are dropped without wait()"
-NEEDS = "issue-11"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "wait()"
 

@@ -8,7 +8,6 @@ from puzzles import sim
 from puzzles.model import forward, loss_fn
 
 MISTAKE = "GPipe's order, with the ledger's peak overwritten to pass the memory budget"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "tampered"
 DIAGNOSIS = "ledger"
 

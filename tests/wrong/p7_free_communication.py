@@ -7,9 +7,8 @@ import puzzles.simulator.clock as clock
 from puzzles.model import forward, loss_fn
 
 MISTAKE = "the simulator's cost model is patched so that communication costs nothing"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "tampered"
-DIAGNOSIS = "comm_ticks"
+DIAGNOSIS = "imports puzzles.simulator.clock"
 
 
 def overlapped_step(dist, x_shard, target_shard, layers, lr):

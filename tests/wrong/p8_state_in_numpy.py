@@ -3,7 +3,6 @@
 import torch
 
 MISTAKE = "the whole Adam state is replicated, kept as numpy arrays the ledger cannot see"
-NEEDS = "issue-12-integrity"
 EXPECTED_STATUS = "error"
 DIAGNOSIS = "HiddenMemoryError"
 
