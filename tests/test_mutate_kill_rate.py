@@ -17,17 +17,16 @@ from grader.specs import SPECS
 
 SEED = 1
 # Measured with `python -m grader mutate solutions --seed 1` (bench/MUTATION.md): killed / (mutants - equivalent).
-KILL_RATE_AT_LEAST = {
-    "p1": 13 / 14,  # survivor: the checkpoints keep their gradients (drop-detach), +2·C at the peak
-    "p2": 20 / 21,  # survivor: requires_grad_() before the all-gather into it, which gloo refuses
-    "p3": 7 / 7,
-    "p4": 7 / 7,
-    "p5": 27 / 27,
-    "p6": 39 / 40,  # survivor: batch_isend_irecv([]), which torch.distributed refuses
-    "p7": 9 / 9,
-    "p8": 31 / 32,  # survivor: the flat gradient kept through the update, +Ψ·8 at the peak
+KILL_RATE_AT_LEAST = {  # every puzzle: every mutant that is not a reviewed equivalent is killed
+    "p1": 1.0,
+    "p2": 1.0,
+    "p3": 1.0,
+    "p4": 1.0,
+    "p5": 1.0,
+    "p6": 1.0,
+    "p7": 1.0,
+    "p8": 1.0,
 }
-
 
 @pytest.fixture(scope="module")
 def runs():

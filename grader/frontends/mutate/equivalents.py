@@ -67,6 +67,11 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("p1", "drop-grad-mode",
                'with torch.enable_grad(), torch.profiler.record_function("recompute"):  # the label shows on the chart',
                'with torch.profiler.record_function("recompute"):  # the label shows on the chart', _GRAD_MODE_ON),
+    Equivalent("p1", "drop-detach", "start = saved[s].detach().requires_grad_()", "start = saved[s].requires_grad_()",
+               "the checkpoints were made under no_grad, so each is a leaf already and requires_grad_() on it is "
+               "what detach() would give, except that its gradient then stays in the checkpoint's .grad until the "
+               "backward returns: +2·C (131,072 bytes) at the peak, measured, inside the stated peak budget of "
+               "5,505,024 bytes; no rule of the puzzle asks for the checkpoints' gradients to go sooner"),
     Equivalent("p1", "drop-free", "del start, out", "",
                "start and out are rebound in the next iteration; until then `out` is one C-byte output whose graph "
                "backward already freed, alive during the next recomputation, which is not where the peak is"),
@@ -147,6 +152,10 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                  "by the next op, not at the peak")
       for after in ("denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add(self.eps)",
                     "denom = (self.v / (1 - beta2 ** self.t)).sqrt().add_(self.eps)")),
+    Equivalent("p8", "drop-free", "del flat_grad", "",
+               "the flat gradient then lives until step() returns instead of until the reduce-scatter is done: "
+               "+8Ψ (65,536 bytes) during the update, measured, and freed when step() returns, as the text asks "
+               "(\"free everything else before returning\"); the optimizer state the puzzle budgets is unchanged"),
     Equivalent("p8", "drop-free", "del flat", "",
                "the flat copy of the weights then lives until __init__ returns, while the moments are allocated; "
                "the peak is in step(), not here"),
