@@ -53,7 +53,7 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     InFlightError            a buffer used before its async op was waited for
     UnwaitedWorkError        a handle never waited for (gloo can lose the message)
     WorkError                a send or recv handle waited for twice, or polled forever (gloo hangs)
-    NonContiguousError       a strided tensor where gloo uses its raw memory (all_reduce, broadcast, send/recv)
+    NonContiguousError       a strided tensor in any collective or send/recv (gloo misreads or refuses it; NCCL refuses)
     AutogradWriteError       a gather or reduce-scatter into (or from) a tensor that requires grad (gloo refuses)
     OverlapError             an all-to-all whose output is its input (gloo overwrites rows it still sends)
     HiddenMemoryError        a tensor turned into numpy, a list or bytes, which the memory ledger cannot see

@@ -170,11 +170,17 @@ class SimDist:
     def _check_contiguous(self, tensor, what: str) -> None:
         """gloo hands all_reduce, broadcast and point-to-point ops the tensor's raw memory: a column or a strided
         slice would be read and written as if its elements were packed (wrong elements, silently), and send/recv
-        refuse it. So these ops take contiguous tensors only, and the error says how to get one."""
+        and the all-to-alls refuse it. The gathers and reduce_scatter_tensor gloo copies element by element, but
+        NCCL refuses a strided tensor in every collective, so an answer that passes here must not fail on GPUs:
+        every op takes contiguous tensors only, and the error says how to get one."""
         if not isinstance(tensor, torch.Tensor) or tensor.is_contiguous():
             return
         if what in ("send", "isend"):
             gloo, how = "refuse it", f"send a contiguous copy instead: dist.{what}(t.contiguous(), ...)"
+        elif what in ("all_gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
+            gloo, how = ("copy it element by element, but NCCL (torch's GPU backend) refuses it: \"Tensors must be "
+                         "contiguous\""), (f"pass contiguous tensors: gather into a contiguous buffer and copy it "
+                                            f"into place, and hand dist.{what} `t.contiguous()` as input (a copy)")
         elif what.startswith("all_to_all"):
             gloo, how = "refuse it (\"Tensors must be contiguous\")", (
                 "send a contiguous copy (`t.contiguous()`), and receive into a contiguous buffer, then copy it into "
@@ -229,6 +235,8 @@ class SimDist:
         if len(tensor_list) != n or any(t.shape != tensor.shape or t.dtype != tensor.dtype for t in tensor_list):
             raise ValueError(f"all_gather on rank {self._me.rank}: tensor_list must hold {n} tensors shaped like "
                              f"the input {_desc(tensor)}, got {[_desc(t) for t in tensor_list]}")
+        for t in (*tensor_list, tensor):
+            self._check_contiguous(t, "all_gather")
         self._check_autograd("all_gather", tensor_list)
         call = _Call("all_gather", _all_gather, {"tensor": _desc(tensor)}, reads=[tensor], writes=list(tensor_list),
                      nbytes=n * _nbytes(tensor), tensor=tensor, tensor_list=tensor_list)
@@ -241,6 +249,8 @@ class SimDist:
         if output_tensor.numel() != n * input_tensor.numel() or output_tensor.dtype != input_tensor.dtype:
             raise ValueError(f"all_gather_into_tensor on rank {self._me.rank}: the output must hold {n} x the input "
                              f"{_desc(input_tensor)} of the same dtype, got {_desc(output_tensor)}")
+        for t in (output_tensor, input_tensor):
+            self._check_contiguous(t, "all_gather_into_tensor")
         self._check_autograd("all_gather_into_tensor", [output_tensor], [input_tensor])
         call = _Call("all_gather_into_tensor", _all_gather_into_tensor,
                      {"input": _desc(input_tensor), "output": _desc(output_tensor)},
@@ -256,6 +266,8 @@ class SimDist:
         if input.numel() != n * output.numel() or output.dtype != input.dtype:
             raise ValueError(f"reduce_scatter_tensor on rank {self._me.rank}: the input must hold {n} x the output "
                              f"{_desc(output)} of the same dtype, got {_desc(input)}")
+        for t in (output, input):
+            self._check_contiguous(t, "reduce_scatter_tensor")
         self._check_autograd("reduce_scatter_tensor", [output])
         call = _Call("reduce_scatter_tensor", _reduce_scatter_tensor,
                      {"input": _desc(input), "output": _desc(output), "op": op.name},

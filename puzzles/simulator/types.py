@@ -55,8 +55,9 @@ class UnwaitedWorkError(WorkError):
 
 
 class NonContiguousError(SimError, ValueError):
-    """A non-contiguous tensor (a column, a strided slice, a transpose) was handed to an op that gloo runs on the
-    tensor's raw memory: all_reduce and broadcast would read and write the wrong elements, send and recv raise."""
+    """A non-contiguous tensor (a column, a strided slice, a transpose) was handed to a collective or a send/recv.
+    gloo runs all_reduce and broadcast on the raw memory (wrong elements), refuses it in send/recv and the
+    all-to-alls, and copies it in the gathers; NCCL refuses it in every collective, so the simulator does too."""
 
 
 class RankThreadError(SimError):

@@ -1,15 +1,14 @@
-"""p2 mistake: sharding the checkpoints by columns and keeping the column views themselves. gloo gathers a strided
-input correctly (tests/corpus/layouts.py), so the gather runs; but all_gather_into_tensor concatenates the ranks'
-shards along dim 0, so the "checkpoint" rebuilt from column shards is not the block input, and every gradient is
-off (and the views keep each whole checkpoint alive besides)."""
+"""p2 mistake: sharding the checkpoints by columns and keeping the column views themselves: all-gathering a
+non-contiguous tensor, which NCCL refuses (gloo copies it; the simulator refuses it, as NCCL does:
+tests/corpus/layouts.py), and the view keeps the whole checkpoint alive anyway."""
 
 import torch
 
 from puzzles.model import block, forward
 
 MISTAKE = "the shards are non-contiguous column views, all-gathered as they are"
-EXPECTED_FAILURES = {"gradients", "checkpoint bytes"}
-DIAGNOSIS = "along dim 0"
+EXPECTED_STATUS = "error"
+DIAGNOSIS = "contiguous"
 
 
 def sharded_forward(dist, x, layers, k):
