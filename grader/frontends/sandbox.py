@@ -252,7 +252,13 @@ def _status(pid: int) -> dict[str, str]:
 
 
 def children_of(pid: int) -> list[int]:
-    return [p for p in _proc_entries() if _status(p).get("PPid", "").strip() == str(pid)]
+    """The children of a process: from /proc/PID/task/*/children where the kernel has it (one read per thread),
+    else by scanning every process's parent."""
+    try:
+        return [int(c) for task in os.listdir(f"/proc/{pid}/task")
+                for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    except OSError:
+        return [p for p in _proc_entries() if _status(p).get("PPid", "").strip() == str(pid)]
 
 
 def processes_of(uid: int) -> int:

@@ -19,6 +19,7 @@ import torch
 _PACKAGES = ("grader", "puzzles")
 _ATOMS = (int, float, str, bytes, bool, type(None))
 _CLASSES = (torch.Tensor, torch.UntypedStorage)
+_FRONTENDS = {f"grader.frontends.{m}" for m in ("runner", "snapshot", "sandbox", "tamper_hook", "zygote")}
 _IGNORED = {"__warningregistry__"}  # the warnings module's bookkeeping: a warning raised in a module adds it
 
 
@@ -60,8 +61,9 @@ def take() -> dict:
     """{dotted name: fingerprint} of every module of the grader and the simulator loaded now."""
     out: dict = {}
     for name, module in list(sys.modules.items()):
-        if module is None or not name.split(".")[0] in _PACKAGES or name.startswith("puzzles.p"):
-            continue  # puzzles.pN_* are learner files, not the simulator
+        if module is None or name.split(".")[0] not in _PACKAGES or name.startswith("puzzles.p") or (
+                name.startswith("grader.frontends.") and name not in _FRONTENDS):
+            continue  # puzzles.pN_* are learner files; the front ends' other modules take no part in a puzzle run
         out[name] = ("id", id(module))
         _walk(name, module, out, 2)
     for cls in _CLASSES:

@@ -110,7 +110,7 @@ def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
         _, status = os.waitpid(pid, 0)
         if os.waitstatus_to_exitcode(status) != 0:  # the warden failed before answering (see the zygote's log)
             send(sock, {"puzzle": request.get("puzzle"), "warden_error": f"status {status}"})
-        if policy.uid(slot) is not None:
+        if policy.mode == "process" and policy.uid(slot) is not None:  # (in a PID namespace, all died with it)
             sandbox.kill_uid(policy.uid(slot))  # every process of the slot's uid, wherever it went
         sandbox.reap_children()  # anything orphaned onto the zygote
     sandbox.reap_children()
