@@ -142,6 +142,10 @@ def build_root(policy: Policy, root: Path, copy: Path, owner: int | None) -> Non
     """Warden side: a tmpfs at `root` holding the binds, /dev's harmless devices, a fresh /tmp and a fresh copy of
     the submission at /submission (owned by the puzzle's uid: its own to change)."""
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    ids = "" if owner is None else f",uid={owner},gid={owner}"
+    for name, options in (("tmp", SCRATCH.replace("0755", "1777")), (SUBMISSION.lstrip("/"), SCRATCH + ids)):
+        (root / name).mkdir()  # first: a bound folder may live under /tmp (a virtualenv there)
+        mount("tmpfs", root / name, "tmpfs", MS_NOSUID | MS_NODEV, options)
     for path in policy.binds:
         inside = root / path.lstrip("/")
         if os.path.isdir(path):
@@ -155,10 +159,6 @@ def build_root(policy: Policy, root: Path, copy: Path, owner: int | None) -> Non
         mount("tmpfs", root / path.lstrip("/"), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
     for link, target in policy.links.items():
         (root / link.lstrip("/")).symlink_to(target)
-    ids = "" if owner is None else f",uid={owner},gid={owner}"
-    for name, options in (("tmp", SCRATCH.replace("0755", "1777")), (SUBMISSION.lstrip("/"), SCRATCH + ids)):
-        (root / name).mkdir()
-        mount("tmpfs", root / name, "tmpfs", MS_NOSUID | MS_NODEV, options)
     for f in copy.iterdir():
         shutil.copyfile(f, root / SUBMISSION.lstrip("/") / f.name)
         if owner is not None:

@@ -179,8 +179,13 @@ def _warden(sock, request: dict, policy: Policy, slot: int, pristine: dict) -> N
         reply, payload = _guard(request, policy, slot, pristine, sock)
         send(sock, reply, payload)
         code = 0
-    except BaseException:
+    except BaseException as exc:  # a failure of the sandbox's own (see the zygote's log), never the learner's
         traceback.print_exc()
+        try:
+            send(sock, {"puzzle": request.get("puzzle"), "warden_error": f"{type(exc).__name__}: {exc}"})
+            code = 0
+        except OSError:
+            pass
     finally:
         os._exit(code)
 
