@@ -98,7 +98,7 @@ class Worker:
     """One job slot: a zygote process and the socket to it. Restarted if it stops answering."""
 
     def __init__(self, slot: int, mode: str, logs: Path):
-        self.slot, self.mode, self.logs = slot, mode, logs
+        self.slot, self.mode, self.logs, self.closing = slot, mode, logs, False
         self.start()
 
     def start(self) -> None:
@@ -118,10 +118,14 @@ class Worker:
     def wait_ready(self) -> dict:
         if self.ready is None:
             try:
-                self.ready, _ = zygote.receive(self.sock, time.monotonic() + 300)
+                ready, _ = zygote.receive(self.sock, time.monotonic() + 300)
             except (EOFError, TimeoutError, OSError) as exc:
                 self.stop()
                 raise RuntimeError(f"the grading worker did not start ({exc}): {self.log_tail()}") from None
+            if not ready.get("ready"):
+                self.stop()
+                raise RuntimeError(f"no sandbox can be built here: {ready.get('error')}")
+            self.ready = ready
         return self.ready
 
     def run(self, request: dict) -> tuple[dict, bytes]:
@@ -130,6 +134,8 @@ class Worker:
             zygote.send(self.sock, request)
             return zygote.receive(self.sock, time.monotonic() + request["timeout"] + GRACE)
         except (EOFError, TimeoutError, OSError) as exc:  # a grader failure, not the learner's
+            if self.closing:
+                return {"puzzle": request["puzzle"], "warden_error": "the batch was interrupted"}, b""
             tail = self.log_tail()
             self.stop()
             self.start()
@@ -142,8 +148,11 @@ class Worker:
             return ""
 
     def stop(self) -> None:
-        """Close the socket (the zygote then exits, killing what is left), then make sure of it."""
+        """SIGTERM: the zygote passes it to the warden at work, which kills its puzzle and all it started, and
+        leaves; then make sure of it (SIGKILL to the zygote's group, then the slot's uid)."""
         self.sock.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -199,6 +208,7 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
         workers = [Worker(slot, sandbox_mode, scratch) for slot in range(max(1, min(jobs, len(gradable))))]
+        pool = None
         try:
             ready = workers[0].wait_ready()
             print(describe_sandbox(ready), file=progress, flush=True)
@@ -213,16 +223,19 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
                 finally:
                     idle.put(worker)
 
-            with ThreadPoolExecutor(max_workers=len(workers)) as pool:
-                futures = {pool.submit(grade, i, item): item for i, item in enumerate(items)}
-                for done, future in enumerate(as_completed(futures), 1):
-                    item = futures[future]
-                    row = rows[item] = future.result()
-                    print(f"[{done}/{len(items)}] {printable(item.name)}: {summary(row)} ({row['seconds']:.1f} s)",
-                          file=progress, flush=True)
-        finally:
+            pool = ThreadPoolExecutor(max_workers=len(workers))
+            futures = {pool.submit(grade, i, item): item for i, item in enumerate(items)}
+            for done, future in enumerate(as_completed(futures), 1):
+                item = futures[future]
+                row = rows[item] = future.result()
+                print(f"[{done}/{len(items)}] {printable(item.name)}: {summary(row)} ({row['seconds']:.1f} s)",
+                      file=progress, flush=True)
+        finally:  # also on Ctrl-C: stop the workers first, so that no thread waits out a puzzle's limit
             for w in workers:
+                w.closing = True
                 w.stop()
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
     return [rows[i] for i in items]
 
 

@@ -65,6 +65,9 @@ def cmd_batch(args) -> int:
     except (FileNotFoundError, KeyError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every worker and every puzzle's process is stopped by then
+        print("interrupted: no results written", file=sys.stderr)
+        return 130
     batch.write_csv(rows, Path(args.out), args.puzzle)
     print(f"wrote {args.out}", file=sys.stderr)
     if args.json:

@@ -87,10 +87,26 @@ def serve(fd: int, requested: str, slot: int) -> None:
         os.rmdir(mountpoint)
 
 
+_CURRENT: list = [None]  # the warden at work, if any
+
+
+def _on_term(signum, frame) -> None:
+    """SIGTERM from the parent (the batch ends or is interrupted): pass it to the warden at work, which kills its
+    puzzle and everything the puzzle started; when idle, leave."""
+    if _CURRENT[0] is None:
+        raise SystemExit(0)
+    os.kill(_CURRENT[0], signal.SIGTERM)
+
+
 def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
     from . import snapshot
 
-    policy = probe(requested, mountpoint)
+    try:
+        policy = probe(requested, mountpoint)
+    except sandbox.SandboxError as exc:
+        send(sock, {"ready": False, "error": exc.strerror})
+        return
+    signal.signal(signal.SIGTERM, _on_term)
     sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
     pristine = snapshot.take()
     gc.collect()
@@ -104,12 +120,19 @@ def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
         except (EOFError, ConnectionError):
             break
         request["mountpoint"] = mountpoint
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until each side has its own handler
         pid = os.fork()
         if pid == 0:
             _warden(sock, request, policy, slot, pristine)
+        _CURRENT[0] = pid
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         _, status = os.waitpid(pid, 0)
+        _CURRENT[0] = None
         if os.waitstatus_to_exitcode(status) != 0:  # the warden failed before answering (see the zygote's log)
-            send(sock, {"puzzle": request.get("puzzle"), "warden_error": f"status {status}"})
+            try:
+                send(sock, {"puzzle": request.get("puzzle"), "warden_error": f"status {status}"})
+            except OSError:  # the parent has gone
+                break
         if policy.mode == "process" and policy.uid(slot) is not None:  # (in a PID namespace, all died with it)
             sandbox.kill_uid(policy.uid(slot))  # every process of the slot's uid, wherever it went
         sandbox.reap_children()  # anything orphaned onto the zygote
@@ -207,13 +230,18 @@ def _guard(request, policy, slot, pristine, sock):
     record_r, record_w = os.pipe()
     output_r, output_w = os.pipe()
     started = time.monotonic()
-    pid = os.fork()
+    pid = os.fork()  # SIGTERM is blocked here (see _serve)
     if pid == 0:
         from .runner import run_puzzle
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
         for fd in (record_r, output_r, sock.fileno()):
             os.close(fd)
         run_puzzle(request, policy, slot, jail, record_w, output_w, pristine)  # never returns
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))  # the batch is ending: stop now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.close(record_w)
     os.close(output_w)
     status, timed_out, record, output, too_big = _watch(pid, record_r, output_r, started + request["timeout"])
