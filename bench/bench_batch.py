@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -26,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import nbformat  # noqa: E402
+import nbformat
 
-from grader.frontends.notebook_file import build_notebook  # noqa: E402
-from grader.specs import SPECS  # noqa: E402
+from grader.frontends.notebook_file import build_notebook
+from grader.specs import SPECS
 
 
 def make_class(folder: Path, size: int) -> dict[str, int]:
@@ -55,16 +56,19 @@ def make_class(folder: Path, size: int) -> dict[str, int]:
     return kinds
 
 
-def run(tree: Path, subs: Path, out: Path, jobs: int, timeout: float) -> float:
+def run(tree: Path, subs: Path, out: Path, jobs: int, timeout: float) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the batch and every process it waited for)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--seed", "3",
                            "--jobs", str(jobs), "--timeout", str(timeout)], cwd=tree, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"batch failed in {tree}:\n{proc.stderr[-3000:]}")
-    return elapsed
+    return elapsed, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def statuses(path: Path) -> dict[str, tuple]:
@@ -89,17 +93,20 @@ def main() -> None:
             print(f"# bench_batch.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPUs; "
                   f"load average {load:.1f} at the start")
             print(f"# class of {args.size}: {kinds}; --jobs {args.jobs}; old design: {args.old}")
-            times = {"old": [], "new": []}
+            times, cpus = {"old": [], "new": []}, {"old": [], "new": []}
             for r in range(args.rounds):
                 for design, tree, timeout in (("old", old, 1200), ("new", ROOT, 600)):
                     out = tmp / f"{design}-{r}.csv"
-                    times[design].append(run(tree, tmp / "class", out, args.jobs, timeout))
-                    print(f"{design} design, round {r + 1}: {times[design][-1]:.1f} s "
-                          f"({times[design][-1] / args.size:.2f} s a submission)", flush=True)
+                    wall, cpu = run(tree, tmp / "class", out, args.jobs, timeout)
+                    times[design].append(wall)
+                    cpus[design].append(cpu)
+                    print(f"{design} design, round {r + 1}: {wall:.1f} s wall ({wall / args.size:.2f} s a submission), "
+                          f"{cpu:.1f} s of CPU ({cpu / args.size:.2f} s a submission)", flush=True)
             agree = statuses(tmp / "old-0.csv") == statuses(tmp / "new-0.csv")
             best_old, best_new = min(times["old"]), min(times["new"])
-            print(f"old {best_old:.1f} s, new {best_new:.1f} s: {best_old / best_new:.1f}x the throughput; "
-                  f"same status for every puzzle of every submission: {agree}")
+            cpu_old, cpu_new = min(cpus["old"]), min(cpus["new"])
+            print(f"old {best_old:.1f} s, new {best_new:.1f} s: {best_old / best_new:.1f}x the throughput "
+                  f"({cpu_old / cpu_new:.1f}x less CPU); same status for every puzzle of every submission: {agree}")
             if not agree:
                 a, b = statuses(tmp / "old-0.csv"), statuses(tmp / "new-0.csv")
                 for name in sorted(a):

@@ -124,6 +124,7 @@ def test_a_peak_that_disagrees_with_its_own_timeline_is_refused():
     record["observation"]["peak_bytes"][0] = record["observation"]["ledgers"][0]["peak"] = 8
     result, flags = _verdict(spec, _framed(record))
     assert result.status == "error" and "disagrees with its own timeline" in result.error, result.error
+    assert flags == ["p1: malformed record (rank 0's peak (8) disagrees with its own timeline)"]
 
 
 def test_findings_make_the_puzzle_an_error_and_go_to_the_flags():

@@ -9,8 +9,8 @@ import io
 import secrets
 
 import pytest
-
 from batch_attacks import attack_class, daemon, solution, survivors
+
 from grader.frontends import batch
 
 

@@ -17,8 +17,8 @@ import sys
 import time
 
 import pytest
-
 from batch_attacks import PUZZLES, survivors, write_class
+
 from grader.frontends.targets import REPO
 
 TIMEOUT = 10

@@ -6,7 +6,11 @@
     notebook_file.py  the notebook as a file: made from solutions/, its puzzle cells read back for grading
     stubs.py          the `# BEGIN SOLUTION` / `# END SOLUTION` convention: solutions -> stubs
     build.py          `build`: regenerate the stubs in puzzles/ and puzzles.ipynb; `build --check`
-    batch.py          `batch`: grade a class, each submission in its own process
+    batch.py          `batch`: grade a class; the parent, which decides every verdict (batch_verdict.py)
+    zygote.py         batch's worker: torch imported once, a warden and a jail forked per puzzle
+    runner.py         the puzzle's own process in the jail: runs one puzzle, writes what it observed
+    sandbox.py        the operating system's isolation (namespaces, pivot_root, uids, rlimits, sweeps)
+    snapshot.py       a fingerprint of the grader's and simulator's code, to flag tampering (+ tamper_hook.py)
     launch.py         torchrun's entry point (public as grader.launch)
     plots/            memory timelines and schedules (matplotlib, no pyplot)
 

@@ -167,7 +167,7 @@ class Worker:
 # ---- the parent
 
 
-def grade_submission(item: Path, index: int, worker: Worker, seed: int, timeout: float, memory_mb: int,
+def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, timeout: float, memory_mb: int,
                      puzzle_ids, scratch: Path) -> dict:
     started = time.monotonic()
     kind = kind_of(item)
@@ -207,23 +207,25 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
     rows: dict[Path, dict] = {}
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
-        workers = [Worker(slot, sandbox_mode, scratch) for slot in range(max(1, min(jobs, len(gradable))))]
+        workers = [Worker(slot, sandbox_mode, scratch) for slot in range(min(max(1, jobs), len(gradable)))]
         pool = None
         try:
-            ready = workers[0].wait_ready()
-            print(describe_sandbox(ready), file=progress, flush=True)
+            if workers:
+                print(describe_sandbox(workers[0].wait_ready()), file=progress, flush=True)
             idle: queue.Queue = queue.Queue()
             for w in workers:
                 idle.put(w)
 
             def grade(index: int, item: Path) -> dict:
+                if item not in gradable:  # a row that says why, with no worker
+                    return grade_submission(item, index, None, seed, timeout, memory_mb, puzzle_ids, scratch)
                 worker = idle.get()
                 try:
                     return grade_submission(item, index, worker, seed, timeout, memory_mb, puzzle_ids, scratch)
                 finally:
                     idle.put(worker)
 
-            pool = ThreadPoolExecutor(max_workers=len(workers))
+            pool = ThreadPoolExecutor(max_workers=max(1, len(workers)))
             futures = {pool.submit(grade, i, item): item for i, item in enumerate(items)}
             for done, future in enumerate(as_completed(futures), 1):
                 item = futures[future]

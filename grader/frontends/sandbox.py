@@ -205,13 +205,7 @@ def drop_privileges(policy: Policy, slot: int) -> None:
 
 def vm_size() -> int:
     """This process's mapped address space in bytes (the zygote's share is inherited by every puzzle)."""
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return int(_status(os.getpid()).get("VmSize", "0 kB").split()[0]) * 1024
 
 
 def set_limits(memory_mb: int, seconds: float, policy: Policy) -> None:
