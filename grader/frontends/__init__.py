@@ -9,7 +9,8 @@
     batch.py          `batch`: grade a class; the parent, which decides every verdict (batch_verdict.py)
     zygote.py         batch's worker: torch imported once, a warden and a jail forked per puzzle
     runner.py         the puzzle's own process in the jail: runs one puzzle, writes what it observed
-    sandbox.py        the operating system's isolation (namespaces, pivot_root, uids, rlimits, sweeps)
+    sandbox.py        the operating system's isolation (namespaces, pivot_root, uids, rlimits); reaper.py,
+                      killing what a puzzle started; wire.py, the messages between the parent and a worker
     snapshot.py       a fingerprint of the grader's and simulator's code, to flag tampering (+ tamper_hook.py)
     launch.py         torchrun's entry point (public as grader.launch)
     plots/            memory timelines and schedules (matplotlib, no pyplot)

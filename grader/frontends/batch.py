@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
 from ..specs import SPECS, select
-from . import sandbox, zygote
+from . import reaper, sandbox, wire
 from .batch_verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
@@ -118,7 +118,7 @@ class Worker:
     def wait_ready(self) -> dict:
         if self.ready is None:
             try:
-                ready, _ = zygote.receive(self.sock, time.monotonic() + 300)
+                ready, _ = wire.receive(self.sock, time.monotonic() + 300)
             except (EOFError, TimeoutError, OSError) as exc:
                 self.stop()
                 raise RuntimeError(f"the grading worker did not start ({exc}): {self.log_tail()}") from None
@@ -131,8 +131,8 @@ class Worker:
     def run(self, request: dict) -> tuple[dict, bytes]:
         self.wait_ready()
         try:
-            zygote.send(self.sock, request)
-            return zygote.receive(self.sock, time.monotonic() + request["timeout"] + GRACE)
+            wire.send(self.sock, request)
+            return wire.receive(self.sock, time.monotonic() + request["timeout"] + GRACE)
         except (EOFError, TimeoutError, OSError) as exc:  # a grader failure, not the learner's
             if self.closing:
                 return {"puzzle": request["puzzle"], "warden_error": "the batch was interrupted"}, b""
@@ -160,7 +160,7 @@ class Worker:
             self.proc.wait()
         uid = (self.ready or {}).get("uid")
         if uid is not None:
-            sandbox.sweep_uid(uid)
+            reaper.sweep_uid(uid)
         self.log.close()
 
 

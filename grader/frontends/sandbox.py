@@ -20,10 +20,11 @@ import ctypes
 import os
 import platform
 import shutil
-import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import reaper
 
 try:
     import resource  # imported here, in the zygote: a jailed uid may not be able to read the standard library
@@ -205,7 +206,7 @@ def drop_privileges(policy: Policy, slot: int) -> None:
 
 def vm_size() -> int:
     """This process's mapped address space in bytes (the zygote's share is inherited by every puzzle)."""
-    return int(_status(os.getpid()).get("VmSize", "0 kB").split()[0]) * 1024
+    return int(reaper.status_of(os.getpid()).get("VmSize", "0 kB").split()[0]) * 1024
 
 
 def set_limits(memory_mb: int, seconds: float, policy: Policy) -> None:
@@ -220,97 +221,8 @@ def set_limits(memory_mb: int, seconds: float, policy: Policy) -> None:
 
     if sys.platform == "linux":  # RLIMIT_AS is not enforced on macOS (see the README)
         cap(resource.RLIMIT_AS, vm_size() + (memory_mb << 20))
-        cap(resource.RLIMIT_NPROC, NPROC + (0 if policy.uid_base is not None else processes_of(os.getuid())))
+        cap(resource.RLIMIT_NPROC, NPROC + (0 if policy.uid_base is not None else reaper.processes_of(os.getuid())))
     cap(resource.RLIMIT_CPU, int(seconds) + 2, int(seconds) + 5)
     cap(resource.RLIMIT_FSIZE, FILE_MB << 20)
     cap(resource.RLIMIT_NOFILE, 256)
     cap(resource.RLIMIT_CORE, 0)
-
-
-# ---- processes
-
-
-def _proc_entries():
-    try:
-        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-
-
-def _status(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return dict(line.split(":", 1) for line in f if ":" in line)
-    except OSError:  # gone already
-        return {}
-
-
-def children_of(pid: int) -> list[int]:
-    """The children of a process: from /proc/PID/task/*/children where the kernel has it (one read per thread),
-    else by scanning every process's parent."""
-    try:
-        return [int(c) for task in os.listdir(f"/proc/{pid}/task")
-                for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    except OSError:
-        return [p for p in _proc_entries() if _status(p).get("PPid", "").strip() == str(pid)]
-
-
-def processes_of(uid: int) -> int:
-    return sum(_status(p).get("Uid", "").split()[:1] == [str(uid)] for p in _proc_entries())
-
-
-def kill_uid(uid: int) -> None:
-    """Every process of a sandbox uid, at once: a helper becomes that uid and sends SIGKILL to -1 (the kernel
-    delivers it to all of them under one lock, so none can fork away)."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            os.kill(-1, signal.SIGKILL)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-
-
-def sweep_uid(uid: int) -> int:
-    """From a process that must not fork (the batch's parent has threads): kill every process of `uid` found in
-    /proc, round after round, until a round finds none. Returns how many were killed."""
-    killed = 0
-    for _ in range(100):
-        found = [p for p in _proc_entries() if _status(p).get("Uid", "").split()[:1] == [str(uid)]]
-        if not found:
-            break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-    return killed
-
-
-def reap_children() -> None:
-    """Kill and reap every child of this process (a subreaper: orphans of what it started are its children),
-    until none is left; a fork bomb is bounded by RLIMIT_NPROC."""
-    for _ in range(1000):
-        kids = children_of(os.getpid())
-        if not kids:
-            break
-        for kid in kids:
-            try:
-                os.kill(kid, signal.SIGKILL)
-            except OSError:
-                pass
-        for kid in kids:
-            try:
-                os.waitpid(kid, 0)
-            except ChildProcessError:
-                pass
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                break
-        except ChildProcessError:
-            break

@@ -15,55 +15,20 @@ told to use one thread is what makes this safe (OpenMP pools and BLAS threads do
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from . import sandbox
+from . import reaper, sandbox
 from .sandbox import Policy
+from .wire import MAX_RECORD_MB, receive, send
 
-MAX_RECORD_MB = 64  # a puzzle's record is 0.3-5 MB; more is refused
 OUTPUT_TAIL = 4096  # bytes of a puzzle's own output kept for its error message
-_HEAD = struct.Struct("!IQ")
-
-
-# ---- the wire: one message = a JSON header and a binary payload
-
-
-def send(sock: socket.socket, header: dict, payload: bytes = b"") -> None:
-    head = json.dumps(header).encode()
-    sock.sendall(_HEAD.pack(len(head), len(payload)) + head + payload)
-
-
-def _exactly(sock: socket.socket, n: int, deadline: float | None) -> bytes:
-    parts, got = [], 0
-    while got < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no answer from the zygote in time")
-            sock.settimeout(left)
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
-            raise EOFError("the zygote closed its socket")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-def receive(sock: socket.socket, deadline: float | None = None) -> tuple[dict, bytes]:
-    head_len, payload_len = _HEAD.unpack(_exactly(sock, _HEAD.size, deadline))
-    if head_len > 1 << 20 or payload_len > (MAX_RECORD_MB + 1) << 20:
-        raise EOFError("a malformed message from the zygote")
-    header = json.loads(_exactly(sock, head_len, deadline))
-    return header, _exactly(sock, payload_len, deadline) if payload_len else b""
 
 
 # ---- the zygote
@@ -134,9 +99,9 @@ def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
             except OSError:  # the parent has gone
                 break
         if policy.mode == "process" and policy.uid(slot) is not None:  # (in a PID namespace, all died with it)
-            sandbox.kill_uid(policy.uid(slot))  # every process of the slot's uid, wherever it went
-        sandbox.reap_children()  # anything orphaned onto the zygote
-    sandbox.reap_children()
+            reaper.kill_uid(policy.uid(slot))  # every process of the slot's uid, wherever it went
+        reaper.reap_children()  # anything orphaned onto the zygote
+    reaper.reap_children()
 
 
 def probe(requested: str, mountpoint: str) -> Policy:
@@ -318,5 +283,5 @@ def _kill_all(pid: int, status: int | None) -> int:
             pass
     if status is None:
         status = os.waitpid(pid, 0)[1]
-    sandbox.reap_children()
+    reaper.reap_children()
     return status
