@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
 
 from grader.backends.simulator import observe_file
@@ -82,8 +83,7 @@ def _record(spec_id: str, folder: Path, seed: int = 3) -> tuple:
 
 
 def _framed(record) -> bytes:
-    data = record_bytes(record)
-    return len(data).to_bytes(8, "big") + data
+    return record_bytes(record)
 
 
 def _verdict(spec, payload, seed=3):
@@ -107,16 +107,27 @@ def test_a_record_cannot_claim_the_real_backend_to_skip_the_clock_checks():
 def test_a_second_record_on_the_pipe_is_refused():
     spec, record = _record("p3", ROOT / "solutions")
     result, flags = _verdict(spec, _framed(record) + _framed(record))
-    assert result.status == "error" and "more than one record" in result.error and flags
+    assert result.status == "error" and "bytes beyond what the header declares" in result.error and flags
 
 
 def test_a_record_that_is_not_plain_data_is_refused():
     spec = SPECS["p3"]
     buffer = io.BytesIO()
-    torch.save({"status": "observed", "findings": [], "observation": Path("/")}, buffer)  # a pickled object
-    data = buffer.getvalue()
-    result, _ = _verdict(spec, len(data).to_bytes(8, "big") + data)
-    assert result.status == "error" and "weights_only" in result.error
+    torch.save({"status": "observed", "findings": [], "observation": Path("/")}, buffer)  # a pickle
+    result, _ = _verdict(spec, buffer.getvalue())
+    assert result.status == "error" and "(not a record)" in result.error
+
+
+def test_a_tensor_whose_bytes_do_not_match_its_shape_is_refused():
+    data = record_bytes({"status": "observed", "findings": [], "observation": torch.ones(4, dtype=torch.float64)})
+    forged = data.replace(b'"shape": [4]', b'"shape": [8]')  # would read past its bytes
+    result, _ = _verdict(SPECS["p3"], forged)
+    assert result.status == "error" and "do not match its shape [8]" in result.error, result.error
+
+
+def test_a_record_names_no_code():
+    with pytest.raises(TypeError):
+        record_bytes({"status": "observed", "findings": [], "observation": [lambda: 0]})
 
 
 def test_a_peak_that_disagrees_with_its_own_timeline_is_refused():

@@ -4,7 +4,7 @@ SUBMISSIONS is a folder; each notebook (*.ipynb) or sub-folder laid out like puz
 anything else in it gets a row that says so. The parent copies each submission (its top-level .py files; a
 notebook's puzzle cells) into a private folder, then asks a zygote (zygote.py: torch imported once per job) to
 run each puzzle in a fresh jail (sandbox.py) with its own time and memory limits. The jail only observes; the
-parent, which never imports a learner's code, loads the record (`torch.load(weights_only=True)`), checks its
+parent, which never imports a learner's code, parses the record (record.py: no pickle), checks its
 structure, computes the reference and decides the verdict. A puzzle that loops, crashes, exits, exhausts memory
 or tampers with the grader costs that puzzle only, with a reason the learner can read. The threat model is in
 the README ("Grading for credit").

@@ -1,7 +1,7 @@
 """The batch parent's side of one puzzle: from what the warden reported to a PuzzleResult and the row's flags.
 
-Nothing the puzzle's process said is taken on trust: its record is loaded with `torch.load(weights_only=True)`
-(tensors and plain data, no code), its structure and its figures' consistency are checked, the backend is
+Nothing the puzzle's process said is taken on trust: its record is parsed without pickle (record.py: JSON and
+raw tensor bytes, nothing that can name code), its structure and its figures' consistency are checked, the backend is
 forced to the simulator's, the reference is computed here, and any sign of tampering makes the puzzle an
 error. Every text that came from the learner's process is escaped before it reaches a terminal or a report.
 """
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import signal
 import threading
-
-import torch
 
 from ..core.grading import grade_observation
 from ..core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
 from ..core.spec import Observation
+from . import record as record_format
 from .sandbox import FILE_MB
 
 MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc")
@@ -119,15 +117,14 @@ def _ended(reply: dict, memory_mb: int, said: str) -> str:
 
 
 def _load(payload: bytes, spec) -> tuple[dict, str]:
-    """The record, or why it is refused: exactly one length-prefixed torch.save of tensors and plain data, with
+    """The record, or why it is refused: exactly one record (record.py: JSON and raw tensor bytes, no pickle), with
     the keys, lengths and consistent figures an honest run produces."""
-    size = int.from_bytes(payload[:8], "big")
-    if len(payload) != 8 + size:
-        return {}, "more than one record, or a truncated one"
     try:
-        record = torch.load(io.BytesIO(payload[8:]), weights_only=True)
-    except Exception as exc:
-        return {}, f"not loadable with weights_only=True: {type(exc).__name__}"
+        record = record_format.loads(payload)
+    except record_format.RecordError as exc:
+        return {}, str(exc)
+    except Exception as exc:  # noqa: BLE001  (a parser's bug must not take the batch down; record.py aims at none)
+        return {}, f"unreadable ({type(exc).__name__})"
     if not isinstance(record, dict) or record.get("status") not in ("observed", NOT_ATTEMPTED, ERROR):
         return {}, "no status"
     if not isinstance(record.get("findings"), list) or not all(isinstance(f, str) for f in record["findings"]):

@@ -1,20 +1,20 @@
 """The puzzle's own process in `batch`: enter the jail, run one puzzle of one submission, write what it observed.
 
 It only observes: what the learner's functions returned and what the simulator's ledger and clock recorded, as
-tensors and plain data. The batch's parent loads that with `torch.load(weights_only=True)`, checks its shape,
+tensors and plain data (record.py, no pickle). The batch's parent parses that, checks its shape,
 computes the reference itself and decides the verdict. Whatever this process reports about itself (its record,
 its findings) is evidence, not a verdict.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from . import record as record_format
 from . import sandbox, snapshot
 from .tamper_hook import tamper_report
 
@@ -77,14 +77,14 @@ def run_puzzle(request: dict, policy, slot: int, jail: Path, record_w: int, outp
         for module in (os, torch, sandbox):
             with open(module.__file__, "rb") as f:
                 f.read(1)
-        _finish(record_fd, b"ok", framed=False)
+        _finish(record_fd, b"ok")
     record = observe(request["puzzle"], folder, request["seed"])
     record["findings"] = snapshot.changes(pristine, snapshot.take()) + [str(f) for f in tamper_report()]
     try:
         data = record_bytes(record)
-    except Exception as exc:  # something torch.save cannot write (a lambda, a lock, ...)
+    except (TypeError, ValueError, RecursionError) as exc:  # not plain data (a lambda, a lock, a cycle, ...)
         data = record_bytes({"status": "error", "findings": record["findings"],
-                             "error": f"the answer returned data that cannot be recorded: {type(exc).__name__}"})
+                             "error": f"the answer returned data that cannot be recorded: {exc}"})
     _finish(record_fd, data)
 
 
@@ -124,22 +124,17 @@ def observe(puzzle_id: str, folder: Path, seed: int) -> dict:
 
 
 def record_bytes(record: dict) -> bytes:
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(record, buffer)
-    return buffer.getvalue()
+    return record_format.dumps(record)
 
 
-def _finish(record_fd: int, data: bytes, framed: bool = True) -> None:
-    """Write the record, prefixed by its length (a second record on the pipe shows as a length mismatch), and
-    exit at once: no atexit hook, no finalizer of the learner's runs after this."""
+def _finish(record_fd: int, data: bytes) -> None:
+    """Write the record and exit at once: no atexit hook, no finalizer of the learner's runs after this."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # the learner may have replaced or closed them
+        except Exception:  # noqa: BLE001  (the learner may have replaced or closed them)
             pass
-    view = memoryview(len(data).to_bytes(8, "big") + data if framed else data)
+    view = memoryview(data)
     while view:
         view = view[os.write(record_fd, view):]
     os._exit(0)

@@ -1,5 +1,5 @@
 """The batch's wire between the parent and a zygote's wardens: one message is a JSON header and a binary payload
-(a puzzle's record, as torch.save bytes), each message read against a deadline."""
+(a puzzle's record, record.py's bytes), each message read against a deadline."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
                 └─ puzzle (fork)               PID 1 of new namespaces, in the jail, unprivileged: runs one puzzle
 
 The parent sends one request per puzzle over a socket; the warden answers on the same socket with the puzzle's
-exit, its output's tail and its record (torch.save bytes, which the parent alone loads and checks). The puzzle's
+exit, its output's tail and its record (record.py's bytes, which the parent alone parses and checks). The puzzle's
 process never holds that socket: it writes its record to a pipe that only the warden reads, and its stdout and
 stderr to another, of which the warden keeps the last few kilobytes. Forking from one thread after torch was
 told to use one thread is what makes this safe (OpenMP pools and BLAS threads do not survive a fork).
