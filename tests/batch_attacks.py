@@ -161,6 +161,7 @@ for _obj in _gc.get_objects():
                 "p4": in_function(solution("p4"), "tp_forward", "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))")},
         "liar": {"p1": f"import sys\nprint('{fake}', file=sys.stderr, flush=True)\nprint('{fake}', flush=True)\n"
                        "raise ValueError('\\x1b[2Jcleared your screen')\n"},
+        "env_reader": {"p3": "import os\nraise RuntimeError('ENV ' + ' '.join(sorted(os.environ)))\n"},
         "tamper_checks": {"p3": grading + stub("p3").replace("raise NotImplementedError", "return layers  # ")},
         "tamper_ledger": {"p1": ledger + naive("p1")},
         "tamper_cost": {"p7": cost + naive("p7")},

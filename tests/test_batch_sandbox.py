@@ -1,7 +1,7 @@
 """The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
 one guarantee, and each test says which guarantee and how it must fail.
 
-One class of 17 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+One class of 18 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
 10-second limit per puzzle and two jobs; about 40-60 s on two busy cores. The guarantees that need the operating
 system's isolation are asserted in the mode this machine gives (namespaces as root, userns otherwise); in the
 degraded `process` mode they are skipped, and tests/test_batch_modes.py shows what that mode still holds.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -33,7 +34,8 @@ def graded(tmp_path_factory):
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--json", str(js),
                            "--timeout", str(TIMEOUT), "--memory-mb", "2000", "--seed", "7", "--jobs", "2",
-                           *(f"-p{p}" for p in PUZZLES)], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           *(f"-p{p}" for p in PUZZLES)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, INSTRUCTORS_SECRET_TOKEN="hunter2"), check=False)
     wall = time.monotonic() - started
     alive = survivors(marker)  # at once: nothing may outlive the batch
     assert proc.returncode == 0, proc.stderr
@@ -153,3 +155,9 @@ def test_changing_the_ledger_from_inside_the_run_is_caught_by_the_parent(graded)
     assert status(graded, "tamper_world", "p1") == "error"
     assert "disagrees with its own timeline" in error(graded, "tamper_world", "p1")
     assert any("malformed record" in flag for flag in graded["rows"]["tamper_world"]["flags"])
+
+
+def test_a_submission_sees_none_of_the_instructors_environment(graded):
+    said = error(graded, "env_reader", "p3")
+    assert said.startswith("p3_data_parallel.py could not be imported: RuntimeError: ENV ") and "PATH" in said
+    assert "INSTRUCTORS_SECRET_TOKEN" not in said

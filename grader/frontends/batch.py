@@ -33,6 +33,7 @@ from .batch_verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
 MAX_FILE_MB, MAX_FILES = 16, 200  # what a submission may bring
+ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH"}  # what a worker inherits
 STRAY = "not a submission: expected a notebook (.ipynb) or a folder laid out like puzzles/"
 
 
@@ -103,8 +104,8 @@ class Worker:
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                   PYTHONDONTWRITEBYTECODE="1")
+        env = {k: v for k, v in os.environ.items() if k in ENVIRONMENT}  # none of your secrets reach a puzzle
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
         root = str(Path(__file__).resolve().parents[2])  # the zygote imports this very grader
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
         self.log = open(self.logs / f"zygote-{self.slot}.log", "ab")
