@@ -72,7 +72,8 @@ def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
         send(sock, {"ready": False, "error": exc.strerror})
         return
     signal.signal(signal.SIGTERM, _on_term)
-    sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
+    if sys.platform == "linux":  # (macOS has no subreaper: see the README)
+        sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
     pristine = snapshot.take()
     gc.collect()
     gc.freeze()  # the children's garbage collector leaves the zygote's pages shared
@@ -191,7 +192,8 @@ def _guard(request, policy, slot, pristine, sock):
         jail = Path(request["mountpoint"])  # the zygote's own empty folder; the tmpfs on it is this warden's only
         sandbox.enter_namespaces(policy)
         sandbox.build_root(policy, jail, copy, uid)
-    sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1) if sys.platform == "linux" else None
+    if sys.platform == "linux":
+        sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
     record_r, record_w = os.pipe()
     output_r, output_w = os.pipe()
     started = time.monotonic()
