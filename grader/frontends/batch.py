@@ -105,7 +105,8 @@ class Worker:
     def start(self) -> None:
         ours, theirs = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k in ENVIRONMENT}  # none of your secrets reach a puzzle
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONUNBUFFERED="1")  # what a puzzle printed before os._exit() or a crash reaches its error
         root = str(Path(__file__).resolve().parents[2])  # the zygote imports this very grader
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
         self.log = open(self.logs / f"zygote-{self.slot}.log", "ab")
