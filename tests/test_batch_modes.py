@@ -1,6 +1,6 @@
 """The sandbox's weaker modes, forced with `--sandbox`: what a non-root instructor (userns) and a machine without
 namespaces (process: macOS, a locked-down container) still get. Each mode grades a small class on p3 with a
-10-second limit; about 15-30 s per mode on two busy cores.
+10-second limit: 16 s per mode at a load average of 3.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from .batch_verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
 MAX_FILE_MB, MAX_FILES = 16, 200  # what a submission may bring
-ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH"}  # what a worker inherits
+ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH"}  # what a worker inherits
 STRAY = "not a submission: expected a notebook (.ipynb) or a folder laid out like puzzles/"
 
 
@@ -106,7 +106,8 @@ class Worker:
         ours, theirs = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k in ENVIRONMENT}  # none of your secrets reach a puzzle
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONUNBUFFERED="1")  # what a puzzle printed before os._exit() or a crash reaches its error
+                   PYTHONUNBUFFERED="1",  # what a puzzle printed before os._exit() or a crash reaches its error
+                   TMPDIR=str(self.logs))  # the zygote's folders go where the batch's cleanup finds them
         root = str(Path(__file__).resolve().parents[2])  # the zygote imports this very grader
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
         self.log = open(self.logs / f"zygote-{self.slot}.log", "ab")
@@ -209,6 +210,7 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
     rows: dict[Path, dict] = {}
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
+        scratch.chmod(0o711)  # a job's uid may pass through (process mode); nobody may list it
         workers = [Worker(slot, sandbox_mode, scratch) for slot in range(min(max(1, jobs), len(gradable)))]
         pool = None
         try:
