@@ -1,16 +1,24 @@
-"""`python -m grader batch`: a class of submissions, each in its own process; the bad ones get error rows and the
-others are graded as usual."""
+"""`python -m grader batch`: a class of submissions, each puzzle in a sandbox of its own; the bad ones get error
+rows or error puzzles, and the others are graded as usual. (The adversarial cases: test_batch_sandbox.py.)"""
 
 import csv
+import io
 import json
 import shutil
-import subprocess
-import sys
+from dataclasses import asdict
+from pathlib import Path
 
 import nbformat
+import pytest
+import torch
 
+from grader.backends.simulator import observe_file
+from grader.frontends import batch
+from grader.frontends.batch_verdict import printable, verdict
 from grader.frontends.notebook_file import build_notebook
+from grader.frontends.runner import record_bytes
 from grader.frontends.targets import REPO
+from grader.specs import SPECS
 
 ROOT = REPO
 
@@ -28,23 +36,127 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     shutil.copytree(ROOT / "solutions", subs / "alice")
     shutil.copytree(ROOT / "tests" / "naive", subs / "bob")
     nbformat.write(build_notebook(ROOT, solved=True), str(subs / "carol.ipynb"))
+    nbformat.write(build_notebook(ROOT, solved=False), str(subs / "cora.ipynb"))
     for name, source in (("dave", HANG), ("erin", HOG), ("frank", CRASH), ("gina", GARBAGE)):
         (subs / name).mkdir()
         (subs / name / "p3_data_parallel.py").write_text(source)
+    (subs / "notes.txt").write_text("not a submission")
+    (subs / "broken.ipynb").write_text('{"cells": [')
+    progress = io.StringIO()
+    rows = batch.run_batch(subs, 4, 10, 3000, ["p3"], jobs=2, progress=progress)
+
+    assert [r["name"] for r in rows] == sorted(p.name for p in subs.iterdir())  # one row per item, folder order
+    assert all(set(r) == {"name", "kind", "error", "puzzles", "seconds", "flags"} for r in rows)
+    by = {r["name"]: r for r in rows}
+    assert {n: r["kind"] for n, r in by.items() if r["kind"] != "folder"} == {
+        "carol.ipynb": "notebook", "cora.ipynb": "notebook", "notes.txt": "stray", "broken.ipynb": "broken"}
+    assert by["notes.txt"]["error"].startswith("not a submission") and by["notes.txt"]["puzzles"] == []
+    assert by["broken.ipynb"]["error"].startswith("could not read the notebook: ")
+    assert "\n" not in by["broken.ipynb"]["error"] and "Traceback" not in by["broken.ipynb"]["error"]
+    p3 = {n: r["puzzles"][0] for n, r in by.items() if r["puzzles"]}
+    assert {n: p.status for n, p in p3.items()} == {
+        "alice": "pass", "bob": "fail", "carol.ipynb": "pass", "cora.ipynb": "not_attempted", "dave": "error",
+        "erin": "error", "frank": "error", "gina": "error"}
+    assert p3["dave"].error.startswith("stopped after 10 s: an endless loop, or a wait that never ends?")
+    assert p3["erin"].error.startswith("ran out of memory (the limit is 3000 MiB") and "allocate" in p3["erin"].error
+    assert "exit status 3" in p3["frank"].error and "garbage garbage" in p3["frank"].error
+    assert all(r["error"] == "" for n, r in by.items() if r["kind"] in ("folder", "notebook"))
+    assert "[10/10]" in progress.getvalue()  # progress, as it goes
+
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--json", str(js),
-                           "--timeout", "20", "--memory-mb", "3000", "--seed", "4", "-p", "p3", "--jobs", "3"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "[7/7]" in proc.stderr  # progress, as it goes
-    rows = {r["submission"]: r for r in csv.DictReader(out.open())}
-    assert rows["alice"]["p3"] == "pass" and rows["alice"]["passed"] == "1"
-    assert rows["bob"]["p3"] == "fail"
-    assert rows["carol.ipynb"]["p3"] == "pass"
-    assert rows["dave"]["p3"] == "error" and "timed out" in rows["dave"]["error"]
-    assert rows["frank"]["p3"] == "error" and "crashed" in rows["frank"]["error"]
+    batch.write_csv(rows, out, ["p3"])
+    batch.write_json(rows, js, 4)
+    table = {r["submission"]: r for r in csv.DictReader(out.open())}
+    assert table["alice"]["p3"] == "pass" and table["alice"]["passed"] == "1"
+    assert table["notes.txt"]["p3"] == "error" and table["notes.txt"]["error"].startswith("not a submission")
     data = {s["name"]: s for s in json.loads(js.read_text())["submissions"]}
-    [erin] = data["erin"]["puzzles"]
-    assert erin["status"] == "error" and "allocate" in erin.get("error", ""), erin
-    [gina] = data["gina"]["puzzles"]
-    assert gina["status"] == "error", gina
+    assert data["broken.ipynb"]["kind"] == "broken" and data["gina"]["puzzles"][0]["status"] == "error"
+
+
+# ---- the parent's checks, without a sandbox: a record is evidence, never a verdict
+
+
+def _record(spec_id: str, folder: Path, seed: int = 3) -> tuple:
+    spec = SPECS[spec_id]
+    observed = observe_file(spec, folder / spec.filename, spec.make_inputs(seed), seed)
+    return spec, {"status": "observed", "observation": asdict(observed), "findings": []}
+
+
+def _framed(record) -> bytes:
+    return record_bytes(record)
+
+
+def _verdict(spec, payload, seed=3):
+    reply = {"puzzle": spec.id, "timed_out": False, "exit": 0, "signal": None, "too_big": False, "output": ""}
+    return verdict(spec, reply, payload, seed, 10, 1000)
+
+
+def test_the_parent_grades_an_honest_record_as_the_simulator_would():
+    spec, record = _record("p3", ROOT / "solutions")
+    result, flags = _verdict(spec, _framed(record))
+    assert result.status == "pass" and flags == []
+
+
+def test_a_record_cannot_claim_the_real_backend_to_skip_the_clock_checks():
+    spec, record = _record("p7", ROOT / "tests" / "naive")
+    record["observation"]["backend"] = "torch"  # would turn the makespan check into "simulator only"
+    result, _ = _verdict(spec, _framed(record))
+    assert result.status == "fail" and "makespan" in [c.name for c in result.failed_checks()]
+
+
+def test_a_second_record_on_the_pipe_is_refused():
+    spec, record = _record("p3", ROOT / "solutions")
+    result, flags = _verdict(spec, _framed(record) + _framed(record))
+    assert result.status == "error" and "bytes beyond what the header declares" in result.error and flags
+
+
+def test_a_record_that_is_not_plain_data_is_refused():
+    spec = SPECS["p3"]
+    buffer = io.BytesIO()
+    torch.save({"status": "observed", "findings": [], "observation": Path("/")}, buffer)  # a pickle
+    result, _ = _verdict(spec, buffer.getvalue())
+    assert result.status == "error" and "(not a record)" in result.error
+
+
+def test_a_tensor_whose_bytes_do_not_match_its_shape_is_refused():
+    data = record_bytes({"status": "observed", "findings": [], "observation": torch.ones(4, dtype=torch.float64)})
+    forged = data.replace(b'"shape": [4]', b'"shape": [8]')  # would read past its bytes
+    result, _ = _verdict(SPECS["p3"], forged)
+    assert result.status == "error" and "do not match its shape [8]" in result.error, result.error
+
+
+def test_a_record_names_no_code():
+    with pytest.raises(TypeError):
+        record_bytes({"status": "observed", "findings": [], "observation": [lambda: 0]})
+
+
+def test_a_peak_that_disagrees_with_its_own_timeline_is_refused():
+    spec, record = _record("p1", ROOT / "tests" / "naive")
+    record["observation"]["peak_bytes"][0] = record["observation"]["ledgers"][0]["peak"] = 8
+    result, flags = _verdict(spec, _framed(record))
+    assert result.status == "error" and "disagrees with its own timeline" in result.error, result.error
+    assert flags == ["p1: malformed record (rank 0's peak (8) disagrees with its own timeline)"]
+
+
+def test_findings_make_the_puzzle_an_error_and_go_to_the_flags():
+    spec, record = _record("p3", ROOT / "solutions")
+    record["findings"] = ["grader.core.grading.grade_observation was replaced"]
+    result, flags = _verdict(spec, _framed(record))
+    assert result.status == "error" and "tampering" in result.error
+    assert flags == ["p3: tampering: grader.core.grading.grade_observation was replaced"]
+
+
+def test_text_from_a_learner_is_escaped_and_bounded():
+    assert printable("ok\n\tline\x1b[2J\r\x07") == "ok\n\tline\\x1b[2J\\r\\x07"
+    assert len(printable("x" * 10_000, 100)) < 150
+
+
+def test_a_private_copy_takes_regular_py_files_and_never_follows_links(tmp_path):
+    sub = tmp_path / "mallory"
+    sub.mkdir()
+    (sub / "p3_data_parallel.py").write_text("x = 1\n")
+    (sub / "p1_checkpointing.py").symlink_to(ROOT / "solutions" / "p1_checkpointing.py")
+    (sub / "notes.md").write_text("not code")
+    flags = batch.private_copy(sub, "folder", tmp_path / "copy")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["p3_data_parallel.py"]
+    assert flags == ["ignored the symbolic link p1_checkpointing.py"]

@@ -1,11 +1,13 @@
-"""`python -m grader batch SUBMISSIONS`: grade a class.
+"""`python -m grader batch SUBMISSIONS`: grade a class, each puzzle of each submission in a jail of its own.
 
-SUBMISSIONS is a folder; each notebook (*.ipynb) or sub-folder laid out like puzzles/ in it is one submission.
-Each submission runs in its own child process, with a time limit and a memory limit. The child only *observes*:
-it runs the learner's functions on the simulator and writes what they computed and what the ledger and clock
-recorded (tensors and plain data, read back with `torch.load(weights_only=True)`, which cannot run code). The
-parent, which never imports the learner's code, computes the references and decides every verdict. A
-submission that crashes, hangs, exhausts memory or prints garbage gets an error row; the others are graded as usual.
+SUBMISSIONS is a folder; each notebook (*.ipynb) or sub-folder laid out like puzzles/ in it is one submission, and
+anything else in it gets a row that says so. The parent copies each submission (its top-level .py files; a
+notebook's puzzle cells) into a private folder, then asks a zygote (zygote.py: torch imported once per job) to
+run each puzzle in a fresh jail (sandbox.py) with its own time and memory limits. The jail only observes; the
+parent, which never imports a learner's code, parses the record (record.py: no pickle), checks its
+structure, computes the reference and decides the verdict. A puzzle that loops, crashes, exits, exhausts memory
+or tampers with the grader costs that puzzle only, with a reason the learner can read. The threat model is in
+the README ("Grading for credit").
 """
 
 from __future__ import annotations
@@ -13,117 +15,183 @@ from __future__ import annotations
 import csv
 import json
 import os
-import resource
+import queue
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
-from ..backends.simulator import observe_file
-from ..core.grading import grade_observation
-from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
-from ..core.spec import Observation
+from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
 from ..specs import SPECS, select
-from .notebook_file import notebook_target
+from . import reaper, sandbox, wire
+from .batch_verdict import printable, verdict
+
+GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
+MAX_FILE_MB, MAX_FILES = 16, 200  # what a submission may bring
+ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH"}  # what a worker inherits
+STRAY = "not a submission: expected a notebook (.ipynb) or a folder laid out like puzzles/"
 
 
 def submissions_in(folder: Path) -> list[Path]:
-    items = [p for p in sorted(folder.iterdir()) if p.suffix == ".ipynb" or (p.is_dir() and not p.name.startswith("."))]
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no such folder: {folder}")
+    items = sorted(folder.iterdir())
     if not items:
         raise FileNotFoundError(f"no submissions in {folder} (expected notebooks or folders laid out like puzzles/)")
     return items
 
 
-# ---- the child: runs the learner's code, returns observations
+def kind_of(item: Path) -> str:
+    if item.name.startswith("."):
+        return "stray"
+    if item.suffix == ".ipynb" and item.is_file():
+        return "notebook"
+    return "folder" if item.is_dir() else "stray"
 
 
-def observe_submission(submission: Path, seed: int, out: Path, puzzle_ids=None) -> None:
-    """Child side: observe every puzzle of one submission and save {id: record} to `out`."""
-    def observe_all(folder: Path) -> dict:
-        records = {}
-        for spec in select(puzzle_ids):
-            observed = observe_file(spec, folder / spec.filename, spec.make_inputs(seed), seed)
-            if isinstance(observed, PuzzleResult):  # not attempted, or an error: nothing to grade
-                records[spec.id] = {"status": observed.status, "error": observed.error}
-            else:
-                records[spec.id] = {"status": "observed", "observation": asdict(observed)}
-        return records
-
-    if submission.suffix == ".ipynb":
-        with notebook_target(submission) as folder:
-            records = observe_all(folder)
-    else:
-        records = observe_all(submission)
-    torch.save(records, out)
+class Broken(Exception):
+    """The submission cannot be read (a malformed notebook, too many or too large files): one line for its row."""
 
 
-def _limit_memory(megabytes: int):
-    def apply():
-        os.setsid()  # its own process group, so a timeout kills everything it started
-        limit = megabytes * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def private_copy(item: Path, kind: str, into: Path) -> list[str]:
+    """Copy what will be graded into `into` (the parent's own folder, which no jail can see); return the flags.
+    Only regular files are copied: a symbolic link (to another student's folder, to solutions/) is not followed."""
+    flags, total = [], 0
+    into.mkdir(mode=0o700)
+    if kind == "notebook":
+        if item.stat().st_size > MAX_FILE_MB << 20:
+            raise Broken(f"the notebook is larger than {MAX_FILE_MB} MiB")
+        from .notebook_file import notebook_target
 
-    return apply
-
-
-# ---- the parent: decides
-
-
-def grade_submission(submission: Path, seed: int, timeout: float, memory_mb: int, puzzle_ids=None) -> dict:
-    started = time.monotonic()
-    row = {"name": submission.name, "error": "", "puzzles": []}
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        out = Path(tmp) / "observations.pt"
-        cmd = [sys.executable, "-m", "grader", "_observe", str(submission), "--seed", str(seed), "--out", str(out)]
-        cmd += [f"--puzzle={p}" for p in puzzle_ids or ()]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                preexec_fn=_limit_memory(memory_mb), cwd=os.getcwd())
         try:
-            _, stderr = proc.communicate(timeout=timeout)
+            with notebook_target(item) as folder:
+                for f in folder.glob("*.py"):
+                    shutil.copyfile(f, into / f.name)
+        except Exception as exc:  # not JSON, not a notebook, a cell that is not text, ...
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise Broken(f"could not read the notebook: {type(exc).__name__}: {printable(first)}") from None
+        return flags
+    entries = sorted(item.iterdir())
+    if len(entries) > MAX_FILES:
+        raise Broken(f"the folder holds {len(entries)} entries (at most {MAX_FILES})")
+    for entry in entries:
+        if entry.is_symlink():
+            flags.append(f"ignored the symbolic link {printable(entry.name)}")
+        elif entry.is_file() and entry.suffix == ".py":
+            total += entry.stat().st_size
+            if total > MAX_FILE_MB << 20:
+                raise Broken(f"the .py files of the folder are larger than {MAX_FILE_MB} MiB together")
+            fd = os.open(entry, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as src:
+                (into / entry.name).write_bytes(src.read())
+    return flags
+
+
+# ---- the workers
+
+
+class Worker:
+    """One job slot: a zygote process and the socket to it. Restarted if it stops answering."""
+
+    def __init__(self, slot: int, mode: str, logs: Path):
+        self.slot, self.mode, self.logs, self.closing = slot, mode, logs, False
+        self.start()
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair()
+        env = {k: v for k, v in os.environ.items() if k in ENVIRONMENT}  # none of your secrets reach a puzzle
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONUNBUFFERED="1",  # what a puzzle printed before os._exit() or a crash reaches its error
+                   TMPDIR=str(self.logs))  # the zygote's folders go where the batch's cleanup finds them
+        root = str(Path(__file__).resolve().parents[2])  # the zygote imports this very grader
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+        self.log = open(self.logs / f"zygote-{self.slot}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "grader", "_zygote", "--fd", str(theirs.fileno()), "--sandbox", self.mode,
+             "--slot", str(self.slot)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.log,
+            stderr=self.log, env=env, start_new_session=True)
+        theirs.close()
+        self.sock, self.ready = ours, None
+
+    def wait_ready(self) -> dict:
+        if self.ready is None:
+            try:
+                ready, _ = wire.receive(self.sock, time.monotonic() + 300)
+            except (EOFError, TimeoutError, OSError) as exc:
+                self.stop()
+                raise RuntimeError(f"the grading worker did not start ({exc}): {self.log_tail()}") from None
+            if not ready.get("ready"):
+                self.stop()
+                raise RuntimeError(f"no sandbox can be built here: {ready.get('error')}")
+            self.ready = ready
+        return self.ready
+
+    def run(self, request: dict) -> tuple[dict, bytes]:
+        self.wait_ready()
+        try:
+            wire.send(self.sock, request)
+            return wire.receive(self.sock, time.monotonic() + request["timeout"] + GRACE)
+        except (EOFError, TimeoutError, OSError) as exc:  # a grader failure, not the learner's
+            if self.closing:
+                return {"puzzle": request["puzzle"], "warden_error": "the batch was interrupted"}, b""
+            tail = self.log_tail()
+            self.stop()
+            self.start()
+            return {"puzzle": request["puzzle"], "warden_error": f"{exc}; {tail}"}, b""
+
+    def log_tail(self) -> str:
+        try:
+            return printable((self.logs / f"zygote-{self.slot}.log").read_text(errors="replace")[-600:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM: the zygote passes it to the warden at work, which kills its puzzle and all it started, and
+        leaves; then make sure of it (SIGKILL to the zygote's group, then the slot's uid)."""
+        self.sock.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            row["error"] = f"timed out after {timeout:g} s (a hang, or an endless loop outside the simulator)"
-            return _finish(row, started)
-        stderr = stderr.decode(errors="replace")
-        if proc.returncode != 0 or not out.exists():
-            row["error"] = _crash_reason(proc.returncode, stderr, memory_mb)
-            return _finish(row, started)
-        try:
-            records = torch.load(out, weights_only=True)
-        except Exception as exc:  # something that is not tensors and plain data
-            row["error"] = f"the submission produced data the grader will not load ({type(exc).__name__})"
-            return _finish(row, started)
-    row["puzzles"] = [verdict(spec, records.get(spec.id), seed) for spec in select(puzzle_ids)]
-    return _finish(row, started)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        uid = (self.ready or {}).get("uid")
+        if uid is not None:
+            reaper.sweep_uid(uid)
+        self.log.close()
 
 
-def verdict(spec, record, seed: int) -> PuzzleResult:
-    if not isinstance(record, dict) or "status" not in record:
-        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error="no record for this puzzle")
-    if record["status"] != "observed":
-        return PuzzleResult(spec.id, spec.name, spec.title, record["status"], error=str(record.get("error", "")))
+# ---- the parent
+
+
+def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, timeout: float, memory_mb: int,
+                     puzzle_ids, scratch: Path) -> dict:
+    started = time.monotonic()
+    kind = kind_of(item)
+    row = {"name": item.name, "kind": kind, "error": "", "puzzles": [], "seconds": 0.0, "flags": []}
+    if kind == "stray":
+        row["error"] = STRAY
+        return _finish(row, started)
+    copy = scratch / f"{index:05d}"
     try:
-        obs = Observation(**record["observation"])
-        return grade_observation(spec, obs, spec.make_inputs(seed))
-    except Exception as exc:  # the learner's functions returned something the checks cannot read
-        return PuzzleResult(spec.id, spec.name, spec.title, ERROR,
-                            error=f"the answer returned data the grader cannot check: {type(exc).__name__}: {exc}")
-
-
-def _crash_reason(returncode: int, stderr: str, memory_mb: int) -> str:
-    tail = stderr.strip().splitlines()[-3:]
-    if any(m in stderr for m in ("MemoryError", "can't allocate memory", "Cannot allocate memory")):
-        return f"ran out of memory (limit {memory_mb} MiB): " + " | ".join(tail)
-    if returncode < 0:
-        return f"crashed (signal {-returncode}): " + " | ".join(tail)
-    return f"crashed (exit status {returncode}): " + " | ".join(tail)
+        row["flags"] += private_copy(item, kind, copy)
+        for spec in select(puzzle_ids):
+            request = {"puzzle": spec.id, "copy": str(copy), "seed": seed, "timeout": timeout, "memory_mb": memory_mb}
+            reply, payload = worker.run(request)
+            result, flags = verdict(spec, reply, payload, seed, timeout, memory_mb)
+            row["puzzles"].append(result)
+            row["flags"] += flags
+    except Broken as exc:
+        row["kind"], row["error"] = "broken", str(exc)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    return _finish(row, started)
 
 
 def _finish(row: dict, started: float) -> dict:
@@ -132,26 +200,64 @@ def _finish(row: dict, started: float) -> dict:
 
 
 def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_ids=None, jobs: int = 1,
-              progress=sys.stderr) -> list[dict]:
-    """Grade every submission, `jobs` child processes at a time; rows come back in the folder's order."""
-    items = submissions_in(folder)
+              progress=sys.stderr, sandbox_mode: str = "auto") -> list[dict]:
+    """Grade every item of `folder`, `jobs` at a time; one row per item, in the folder's order. `timeout` is the
+    limit of each puzzle, in seconds, so a submission takes at most (number of puzzles) x timeout."""
+    if not hasattr(os, "fork"):
+        raise OSError("batch grading needs fork() (Linux or macOS); on Windows, run it in WSL2 or a Linux container")
+    items = submissions_in(Path(folder))
+    gradable = [i for i in items if kind_of(i) != "stray"]
     rows: dict[Path, dict] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads only wait on the children
-        futures = {pool.submit(grade_submission, s, seed, timeout, memory_mb, puzzle_ids): s for s in items}
-        for done, future in enumerate(as_completed(futures), 1):
-            submission = futures[future]
-            row = rows[submission] = future.result()
-            print(f"[{done}/{len(items)}] {submission.name}: {summary(row)} ({row['seconds']:.1f} s)",
-                  file=progress, flush=True)
-    return [rows[s] for s in items]
+    with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
+        scratch = Path(tmp)
+        scratch.chmod(0o711)  # a job's uid may pass through (process mode); nobody may list it
+        workers = [Worker(slot, sandbox_mode, scratch) for slot in range(min(max(1, jobs), len(gradable)))]
+        pool = None
+        try:
+            if workers:
+                print(describe_sandbox(workers[0].wait_ready()), file=progress, flush=True)
+            idle: queue.Queue = queue.Queue()
+            for w in workers:
+                idle.put(w)
+
+            def grade(index: int, item: Path) -> dict:
+                if item not in gradable:  # a row that says why, with no worker
+                    return grade_submission(item, index, None, seed, timeout, memory_mb, puzzle_ids, scratch)
+                worker = idle.get()
+                try:
+                    return grade_submission(item, index, worker, seed, timeout, memory_mb, puzzle_ids, scratch)
+                finally:
+                    idle.put(worker)
+
+            pool = ThreadPoolExecutor(max_workers=max(1, len(workers)))
+            futures = {pool.submit(grade, i, item): item for i, item in enumerate(items)}
+            for done, future in enumerate(as_completed(futures), 1):
+                item = futures[future]
+                row = rows[item] = future.result()
+                print(f"[{done}/{len(items)}] {printable(item.name)}: {summary(row)} ({row['seconds']:.1f} s)",
+                      file=progress, flush=True)
+        finally:  # also on Ctrl-C: stop the workers first, so that no thread waits out a puzzle's limit
+            for w in workers:
+                w.closing = True
+                w.stop()
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+    return [rows[i] for i in items]
+
+
+def describe_sandbox(ready: dict) -> str:
+    lines = [f"sandbox: {ready['mode']} ({sandbox.GUARANTEES[ready['mode']]})"]
+    lines += [f"  note: {n}" for n in ready.get("notes", [])]
+    return "\n".join(lines)
 
 
 def summary(row: dict) -> str:
     if row["error"]:
-        return f"ERROR: {row['error']}"
+        return f"{row['kind'].upper()}: {printable(row['error'])}"
     counts = {s: sum(p.status == s for p in row["puzzles"]) for s in (PASS, FAIL, ERROR, NOT_ATTEMPTED)}
+    flagged = f"; {len(row['flags'])} flags" if row.get("flags") else ""
     return (f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
-            f"{counts[NOT_ATTEMPTED]} not attempted")
+            f"{counts[NOT_ATTEMPTED]} not attempted{flagged}")
 
 
 def write_csv(rows: list[dict], path: Path, puzzle_ids=None) -> None:
@@ -166,6 +272,8 @@ def write_csv(rows: list[dict], path: Path, puzzle_ids=None) -> None:
 
 
 def write_json(rows: list[dict], path: Path, seed: int) -> None:
-    data = {"seed": seed, "submissions": [{"name": r["name"], "seconds": r["seconds"], "error": r["error"],
+    data = {"seed": seed, "submissions": [{"name": r["name"], "kind": r.get("kind", "folder"), "seconds": r["seconds"],
+                                            "error": r["error"], "flags": r.get("flags", []),
                                             "puzzles": [p.to_dict() for p in r["puzzles"]]} for r in rows]}
     path.write_text(json.dumps(data, indent=1))
+

@@ -79,13 +79,17 @@ def cmd_batch(args) -> int:
 
     seed = args.seed if args.seed is not None else fresh_seed()
     folder = Path(args.submissions)
-    print(f"Grading the submissions in {folder} (seed {seed}; time limit {args.timeout:g} s, memory limit "
-          f"{args.memory_mb} MiB each)", file=sys.stderr)
+    print(f"Grading the submissions in {folder} (seed {seed}; each puzzle: time limit {args.timeout:g} s, memory "
+          f"limit {args.memory_mb} MiB)", file=sys.stderr)
     try:
-        rows = batch.run_batch(folder, seed, args.timeout, args.memory_mb, args.puzzle, args.jobs)
-    except (FileNotFoundError, KeyError) as exc:
+        rows = batch.run_batch(folder, seed, args.timeout, args.memory_mb, args.puzzle, args.jobs,
+                               sandbox_mode=args.sandbox)
+    except (FileNotFoundError, KeyError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every worker and every puzzle's process is stopped by then
+        print("interrupted: no results written", file=sys.stderr)
+        return 130
     batch.write_csv(rows, Path(args.out), args.puzzle)
     print(f"wrote {args.out}", file=sys.stderr)
     if args.json:
@@ -94,12 +98,10 @@ def cmd_batch(args) -> int:
     return 0
 
 
-def cmd_observe(args) -> int:
-    from pathlib import Path
+def cmd_zygote(args) -> int:
+    from . import zygote
 
-    from . import batch
-
-    batch.observe_submission(Path(args.submission), args.seed, Path(args.out), args.puzzle)
+    zygote.serve(args.fd, args.sandbox, args.slot)
     return 0
 
 
@@ -161,16 +163,22 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true", help="overwrite the stubs and notebook cells a learner edited too "
                                                         "(for instructors; without it they are left alone)")
     b.set_defaults(func=cmd_build)
-    bt = sub.add_parser("batch", help="grade a folder of submissions (notebooks or puzzle folders), each in its own "
-                                      "process with time and memory limits; writes CSV (and JSON)")
+    bt = sub.add_parser("batch", help="grade a folder of submissions (notebooks or puzzle folders), each puzzle in a "
+                                      "sandbox of its own with time and memory limits; writes CSV (and JSON)")
     bt.add_argument("submissions", help="a folder holding one notebook or one puzzles-like folder per learner")
     bt.add_argument("--out", default="results.csv", help="the CSV to write (default results.csv)")
     bt.add_argument("--json", help="also write the full results as JSON here")
-    bt.add_argument("--timeout", type=float, default=120.0, help="seconds each submission may take (default 120)")
-    bt.add_argument("--memory-mb", type=int, default=4096, help="address-space limit per submission (default 4096)")
+    bt.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds each puzzle may take, in its own process (default 60); a submission takes at "
+                         "most this times the number of puzzles, and a puzzle over it costs that puzzle only")
+    bt.add_argument("--memory-mb", type=int, default=4096,
+                    help="MiB of address space each puzzle's process may map beyond the grader's own (default 4096)")
     bt.add_argument("--seed", type=int, help="the same inputs for every submission (default: a fresh seed, printed)")
     bt.add_argument("--puzzle", "-p", action="append", help="grade only this puzzle; repeatable")
     bt.add_argument("--jobs", "-j", type=int, default=2, help="submissions graded at once (default 2)")
+    bt.add_argument("--sandbox", choices=("auto", "namespaces", "userns", "process"), default="auto",
+                    help="the isolation (default auto: the strongest this machine allows; README, 'Grading for "
+                         "credit')")
     bt.set_defaults(func=cmd_batch)
     mu = sub.add_parser("mutate", help="mutation testing of the grader: grade mutants of the reference solutions "
                                        "(learners' mistakes put into them); exit 1 if one that is not equivalent "
@@ -189,12 +197,11 @@ def parser() -> argparse.ArgumentParser:
                     help="a JSON list of reviewed equivalent mutants, added to the built-in list")
     mu.add_argument("--memory-mb", type=int, default=4096, help="memory a mutant may add, in MiB (default 4096)")
     mu.set_defaults(func=cmd_mutate)
-    ob = sub.add_parser("_observe")  # the child process of `batch` (no help=: not listed)
-    ob.add_argument("submission")
-    ob.add_argument("--seed", type=int, required=True)
-    ob.add_argument("--out", required=True)
-    ob.add_argument("--puzzle", action="append")
-    ob.set_defaults(func=cmd_observe)
+    zy = sub.add_parser("_zygote")  # batch's worker: forks a jail per puzzle (no help=: not listed)
+    zy.add_argument("--fd", type=int, required=True)
+    zy.add_argument("--sandbox", default="auto")
+    zy.add_argument("--slot", type=int, default=0)
+    zy.set_defaults(func=cmd_zygote)
     sub.metavar = "{" + ",".join(name for name in sub.choices if not name.startswith("_")) + "}"
     return p
 

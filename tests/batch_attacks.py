@@ -1,0 +1,201 @@
+"""Adversarial submissions for the batch sandbox's tests: each tries to break one guarantee of the threat model
+(README, "Grading for credit"). Every attack is written as a determined learner would write it, knowing the
+paths the instructor uses (the worst case), and records what it managed in a way the tests can read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.frontends.targets import REPO
+
+PUZZLES = ("p1", "p3", "p4", "p7")  # the puzzles the attack class is graded on
+FILES = {"p1": "p1_checkpointing.py", "p3": "p3_data_parallel.py", "p4": "p4_tensor_parallel.py",
+         "p7": "p7_overlap.py"}
+
+
+def solution(pid: str) -> str:
+    return (REPO / "solutions" / FILES[pid]).read_text()
+
+
+def naive(pid: str) -> str:
+    return (REPO / "tests" / "naive" / FILES[pid]).read_text()
+
+
+def stub(pid: str) -> str:
+    return (REPO / "puzzles" / FILES[pid]).read_text()
+
+
+def in_function(source: str, function: str, code: str) -> str:
+    """`source` with `code` run first thing in `function` (indented as its body)."""
+    head = f"def {function}("
+    start = source.index(head)
+    colon = source.index(":\n", start) + 2
+    body = "".join(f"    {line}\n" for line in code.strip().splitlines())
+    return source[:colon] + body + source[colon:]
+
+
+def comm_marker(marker: str) -> str:
+    """Code that names this process `marker` (as /proc/PID/comm shows it), so a test can find a survivor."""
+    return (f"import ctypes as _ct\n_ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n")
+
+
+def daemon(marker: str, body: str) -> str:
+    """A double-forked, setsid'd grandchild that runs `body` and then sleeps; the importing process goes on."""
+    lines = "\n".join(f"            {line}" for line in body.strip().splitlines())
+    return f'''
+import os as _os, time as _time
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        try:
+            import ctypes as _ct
+            _ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)
+{lines}
+        finally:
+            _time.sleep(600)
+    _os._exit(0)
+'''
+
+
+def attack_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[str, str]]:
+    """{submission: {puzzle: source}}; puzzles left out are the reference solutions (they must still pass)."""
+    grader_root = str(REPO)
+    read_others = f'''
+import glob as _glob, os as _os, shutil as _sh
+_seen = []
+for _place in [{str(subs)!r}, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))]:
+    for _victim in ("alice", "bob"):
+        _p = _os.path.join(_place, _victim)
+        if _os.path.isdir(_p):
+            _seen.append(_p + ": " + ",".join(sorted(_os.listdir(_p))))
+            _sh.rmtree(_p, ignore_errors=True)
+for _p in _glob.glob("/tmp/grader-batch-*/*/*.py"):  # the parent's private copies
+    _seen.append(_p)
+    _os.remove(_p)
+if _seen:
+    raise RuntimeError("ATTACK SAW " + repr(_seen))
+'''
+    find_solutions = f'''
+import glob as _glob, importlib as _il, os as _os, sys as _sys
+_cands = [{grader_root + "/solutions/p3_data_parallel.py"!r}, "/work/main/solutions/p3_data_parallel.py"]
+_cands += [_os.path.join(p, "solutions", "p3_data_parallel.py") for p in _sys.path if p]
+for _pattern in ("/*/solutions/p3_*.py", "/*/*/solutions/p3_*.py", "/*/*/*/solutions/p3_*.py"):
+    _cands += _glob.glob(_pattern)
+try:
+    import grader as _g
+    _cands.append(_os.path.join(_os.path.dirname(_os.path.dirname(_g.__file__)), "solutions", "p3_data_parallel.py"))
+    _cands.append(_il.import_module("solutions.p3_data_parallel").__file__)
+except Exception:
+    pass
+_found = [c for c in _cands if c and _os.path.isfile(c)]
+if _found:
+    exec(open(_found[0]).read())
+else:
+    def data_parallel_step(dist, x_shard, target_shard, layers, lr):
+        raise RuntimeError("ATTACK FOUND NO SOLUTIONS")
+'''
+    decoy = results[0].parent / "grade-decoy"
+    forge = f'''
+import os as _os, torch as _torch
+_forged = {{"p3": {{"status": "pass"}}, "status": "observed"}}
+for _path in [{str(decoy / "observations.pt")!r}, "/tmp/grade-x/observations.pt"]:
+    try:
+        _os.makedirs(_os.path.dirname(_path), exist_ok=True)
+        _torch.save(_forged, _path)
+    except OSError:
+        pass
+'''
+    rewrite = "\n".join(f"for _i in range(3000):\n    _time.sleep(0.05)\n    try:\n        open({str(p)!r}, 'w').write"
+                        f"('submission,passed\\nmallory,8\\n')\n    except OSError:\n        pass" for p in results[:1])
+    exec_daemon = (f"_os.execv(__import__('sys').executable, [__import__('sys').executable, '-c', "
+                   f"'import time; time.sleep(600)  # {marker}-exec'])")
+    ledger = '''
+from puzzles.simulator import memory as _memory
+_real = _memory.Ledger.allocate
+def _allocate(self, key, nbytes, site):
+    return _real(self, key, min(nbytes, 8), site)
+_memory.Ledger.allocate = _allocate
+'''
+    cost = '''
+import grader.specs.p7_overlap as _p7
+object.__setattr__(_p7.COST, "bytes_per_tick", None)
+object.__setattr__(_p7.COST, "latency_ticks", 0)
+'''
+    grading = '''
+import grader.core.grading as _grading, grader.specs as _specs
+from grader.core.result import PuzzleResult as _PR
+_grading.grade_observation = lambda spec, obs, inputs: _PR(spec.id, spec.name, spec.title, "pass")
+_specs.SPECS["p3"].check = lambda obs, ref, inputs: []
+'''
+    observe = '''
+import grader.backends.simulator as _bs
+_real_observe = _bs.observe_module
+def _forged_observe(spec, module, inputs, seed):
+    return _real_observe(spec, module, inputs, seed)
+_bs.observe_module = _forged_observe
+'''
+    world = '''
+import gc as _gc
+from puzzles.simulator.memory import Ledger as _Ledger
+for _obj in _gc.get_objects():
+    if isinstance(_obj, _Ledger):
+        _obj.peak = 8
+'''
+    fake = "\\x1b[2K\\r[9/9] alice: 8 passed, 0 failed, 0 errors, 0 not attempted (FAKE-PROGRESS)\\x1b[31m"
+    return {
+        "alice": {},
+        "bob": {p: naive(p) for p in PUZZLES},
+        "mallory_delete": {"p1": read_others + solution("p1")},
+        "mallory_solutions": {"p3": find_solutions},
+        "mallory_forge": {"p3": forge + stub("p3")},
+        "mallory_daemon": {"p4": daemon(marker, rewrite) + daemon(marker, exec_daemon) + solution("p4")},
+        "mallory_stderr": {"p1": daemon(marker, "pass") + solution("p1")},
+        "exit_import": {"p1": "import sys\nsys.exit(0)\n" + solution("p1")},
+        "exit_rank": {"p3": in_function(solution("p3"), "data_parallel_step",
+                                        "if dist.get_rank() == 1:\n    import sys\n    sys.exit(0)"),
+                      "p4": in_function(solution("p4"), "tp_forward", "import os\nos._exit(0)")},
+        "looper": {"p3": in_function(solution("p3"), "data_parallel_step", "while True:\n    pass")},
+        "hog": {"p3": in_function(solution("p3"), "data_parallel_step",
+                                  "import torch\nhog = torch.empty(2**36, dtype=torch.float64)"),
+                "p4": in_function(solution("p4"), "tp_forward", "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))")},
+        "liar": {"p1": f"import sys\nprint('{fake}', file=sys.stderr, flush=True)\nprint('{fake}', flush=True)\n"
+                       "raise ValueError('\\x1b[2Jcleared your screen')\n"},
+        "env_reader": {"p3": "import os\nraise RuntimeError('ENV ' + ' '.join(sorted(os.environ)))\n"},
+        "tamper_checks": {"p3": grading + stub("p3").replace("raise NotImplementedError", "return layers  # ")},
+        "tamper_ledger": {"p1": ledger + naive("p1")},
+        "tamper_cost": {"p7": cost + naive("p7")},
+        "tamper_observe": {"p3": observe + naive("p3")},
+        "tamper_world": {"p1": naive("p1") + "\n_real_backward = checkpointed_backward\n\n\n"
+                         "def checkpointed_backward(saved, layers, k, grad_y):\n"
+                         "    grads = _real_backward(saved, layers, k, grad_y)\n"
+                         + "".join(f"    {line}\n" for line in world.strip().splitlines()) + "    return grads\n"},
+    }
+
+
+def write_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[str, str]]:
+    attacks = attack_class(subs, results, marker)
+    for name, files in attacks.items():
+        folder = subs / name
+        folder.mkdir(parents=True)
+        for pid in PUZZLES:
+            (folder / FILES[pid]).write_text(files.get(pid, solution(pid)))
+    return attacks
+
+
+def survivors(marker: str, uids=range(2_000_000_000, 2_000_000_016)) -> list[str]:
+    """Processes alive now that a submission started: named by the marker, or running as a sandbox uid."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            uid = int(next(line.split()[1] for line in (entry / "status").read_text().splitlines()
+                           if line.startswith("Uid:")))
+        except (OSError, StopIteration):
+            continue
+        if comm.startswith(marker[:15]) or marker in cmdline or uid in uids:
+            found.append(f"{entry.name} uid {uid} {comm}: {cmdline[:120]}")
+    return found

@@ -1,0 +1,163 @@
+"""The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
+one guarantee, and each test says which guarantee and how it must fail.
+
+One class of 18 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+10-second limit per puzzle and two jobs: 25 s on this 2-core machine at a load average of 3, 85 s at 9. The guarantees that need the operating
+system's isolation are asserted in the mode this machine gives (namespaces as root, userns otherwise); in the
+degraded `process` mode they are skipped, and tests/test_batch_modes.py shows what that mode still holds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import pytest
+from batch_attacks import PUZZLES, survivors, write_class
+
+from grader.frontends.targets import REPO
+
+TIMEOUT = 10
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sandbox")
+    subs, out, js = tmp / "subs", tmp / "results.csv", tmp / "results.json"
+    marker = "sbx" + secrets.token_hex(4)
+    attacks = write_class(subs, [out, js], marker)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--json", str(js),
+                           "--timeout", str(TIMEOUT), "--memory-mb", "2000", "--seed", "7", "--jobs", "2",
+                           *(f"-p{p}" for p in PUZZLES)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, INSTRUCTORS_SECRET_TOKEN="hunter2"), check=False)
+    wall = time.monotonic() - started
+    alive = survivors(marker)  # at once: nothing may outlive the batch
+    assert proc.returncode == 0, proc.stderr
+    rows = {s["name"]: s for s in json.loads(js.read_text())["submissions"]}
+    puzzles = {name: {p["id"]: p for p in row["puzzles"]} for name, row in rows.items()}
+    mode = next(line.split()[1] for line in proc.stderr.splitlines() if line.startswith("sandbox:"))
+    return dict(rows=rows, puzzles=puzzles, stderr=proc.stdout + proc.stderr, alive=alive, wall=wall, subs=subs,
+                out=out, js=js, mode=mode, attacks=attacks, tmp=tmp)
+
+
+@pytest.fixture
+def isolated(graded):
+    if graded["mode"] == "process":
+        pytest.skip("this machine allows no namespaces: batch runs in 'process' mode, without file isolation")
+    return graded
+
+
+def status(graded, name, pid):
+    return graded["puzzles"][name][pid]["status"]
+
+
+def error(graded, name, pid):
+    return graded["puzzles"][name][pid].get("error", "")
+
+
+def test_honest_submissions_are_graded_as_usual(graded):
+    assert all(status(graded, "alice", p) == "pass" for p in PUZZLES), graded["puzzles"]["alice"]
+    assert all(status(graded, "bob", p) == "fail" for p in PUZZLES), graded["puzzles"]["bob"]
+    assert all(row["kind"] == "folder" and row["error"] == "" for row in graded["rows"].values())
+
+
+def test_nothing_outlives_the_batch(graded):
+    """Daemons (double fork + setsid, one of them exec'd), a grandchild holding stderr: all dead when batch exits."""
+    assert graded["alive"] == []
+
+
+def test_a_submission_cannot_read_or_delete_other_submissions(isolated):
+    assert (isolated["subs"] / "alice" / "p1_checkpointing.py").exists()
+    assert (isolated["subs"] / "bob" / "p1_checkpointing.py").exists()
+    assert status(isolated, "mallory_delete", "p1") == "pass", error(isolated, "mallory_delete", "p1")  # saw nothing
+
+
+def test_a_submission_cannot_read_the_reference_solutions(isolated):
+    assert status(isolated, "mallory_solutions", "p3") == "error"
+    assert "ATTACK FOUND NO SOLUTIONS" in error(isolated, "mallory_solutions", "p3")
+
+
+def test_a_forged_observation_file_is_neither_written_nor_read(isolated):
+    assert not (isolated["tmp"] / "grade-decoy").exists()
+    assert status(isolated, "mallory_forge", "p3") == "not_attempted"
+
+
+def test_a_daemon_cannot_rewrite_the_results(isolated):
+    rows = {r["submission"]: r for r in csv.DictReader(isolated["out"].open())}
+    assert set(rows) == set(isolated["attacks"]) and rows["bob"]["passed"] == "0"
+    assert status(isolated, "mallory_daemon", "p4") == "pass"  # its own puzzle is graded as usual
+
+
+def test_a_grandchild_holding_stderr_cannot_make_the_batch_wait(graded):
+    row = graded["rows"]["mallory_stderr"]
+    assert row["seconds"] < TIMEOUT, row  # four puzzles, none waited for the grandchild
+    assert status(graded, "mallory_stderr", "p1") == "pass"
+
+
+def test_every_submission_stays_within_its_own_time_limit(graded):
+    for name, row in graded["rows"].items():
+        assert row["seconds"] <= len(PUZZLES) * TIMEOUT + 5, (name, row["seconds"])
+
+
+def test_sys_exit_at_import_costs_that_puzzle_only(graded):
+    assert status(graded, "exit_import", "p1") == "error"
+    assert "SystemExit" in error(graded, "exit_import", "p1")
+    assert [status(graded, "exit_import", p) for p in ("p3", "p4", "p7")] == ["pass"] * 3
+
+
+def test_sys_exit_and_os_exit_inside_a_rank_cost_that_puzzle_only(graded):
+    assert status(graded, "exit_rank", "p3") == "error" and "sys.exit(0)" in error(graded, "exit_rank", "p3")
+    assert status(graded, "exit_rank", "p4") == "error"
+    assert "exit status 0" in error(graded, "exit_rank", "p4") and "os._exit" in error(graded, "exit_rank", "p4")
+    assert [status(graded, "exit_rank", p) for p in ("p1", "p7")] == ["pass"] * 2
+
+
+def test_an_endless_loop_costs_that_puzzle_only(graded):
+    assert status(graded, "looper", "p3") == "error"
+    assert error(graded, "looper", "p3").startswith(f"stopped after {TIMEOUT} s: an endless loop")
+    assert [status(graded, "looper", p) for p in ("p1", "p4", "p7")] == ["pass"] * 3
+
+
+def test_a_memory_hog_costs_that_puzzle_only(graded):
+    for pid in ("p3", "p4"):
+        assert status(graded, "hog", pid) == "error"
+        assert error(graded, "hog", pid).startswith("ran out of memory (the limit is 2000 MiB"), error(graded, "hog", pid)
+    assert [status(graded, "hog", p) for p in ("p1", "p7")] == ["pass"] * 2
+
+
+def test_a_learners_output_never_reaches_the_terminal_raw(graded):
+    assert "FAKE-PROGRESS" not in graded["stderr"] and "\x1b" not in graded["stderr"]
+    said = error(graded, "liar", "p1")
+    assert "FAKE-PROGRESS" in said and "\\x1b[2K" in said and "\x1b" not in said, said
+    assert "\\x1b[2Jcleared your screen" in said
+
+
+@pytest.mark.parametrize("name, pid, evidence", [
+    ("tamper_checks", "p3", "grader.core.grading.grade_observation was replaced"),
+    ("tamper_ledger", "p1", "Ledger.allocate was replaced"),
+    ("tamper_cost", "p7", "COST.bytes_per_tick was changed from 512 to None"),
+    ("tamper_observe", "p3", "grader.backends.simulator.observe_module was replaced"),
+])
+def test_patching_the_grader_or_the_simulator_is_flagged_and_never_passes(graded, name, pid, evidence):
+    assert status(graded, name, pid) == "error"
+    assert error(graded, name, pid).startswith("the grader's or the simulator's code was changed")
+    assert any(evidence in flag for flag in graded["rows"][name]["flags"]), graded["rows"][name]["flags"]
+
+
+def test_changing_the_ledger_from_inside_the_run_is_caught_by_the_parent(graded):
+    """The figures are cross-checked: a peak that disagrees with its own timeline is not a measurement."""
+    assert status(graded, "tamper_world", "p1") == "error"
+    assert "disagrees with its own timeline" in error(graded, "tamper_world", "p1")
+    assert any("malformed record" in flag for flag in graded["rows"]["tamper_world"]["flags"])
+
+
+def test_a_submission_sees_none_of_the_instructors_environment(graded):
+    said = error(graded, "env_reader", "p3")
+    assert said.startswith("p3_data_parallel.py could not be imported: RuntimeError: ENV ") and "PATH" in said
+    assert "INSTRUCTORS_SECRET_TOKEN" not in said
