@@ -10,8 +10,6 @@ submission that crashes, hangs, exhausts memory or prints garbage gets an error 
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import resource
 import signal
@@ -29,7 +27,7 @@ from ..backends.simulator import observe_file
 from ..core.grading import grade_observation
 from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
 from ..core.spec import Observation
-from ..specs import SPECS, select
+from ..specs import select
 from .notebook_file import notebook_target
 
 
@@ -152,20 +150,3 @@ def summary(row: dict) -> str:
     counts = {s: sum(p.status == s for p in row["puzzles"]) for s in (PASS, FAIL, ERROR, NOT_ATTEMPTED)}
     return (f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
             f"{counts[NOT_ATTEMPTED]} not attempted")
-
-
-def write_csv(rows: list[dict], path: Path, puzzle_ids=None) -> None:
-    ids = list(puzzle_ids or SPECS)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["submission", "passed", *ids, "seconds", "error"])
-        for row in rows:
-            status = {p.id: p.status for p in row["puzzles"]}
-            w.writerow([row["name"], sum(s == PASS for s in status.values()),
-                        *(status.get(i, ERROR if row["error"] else "") for i in ids), row["seconds"], row["error"]])
-
-
-def write_json(rows: list[dict], path: Path, seed: int) -> None:
-    data = {"seed": seed, "submissions": [{"name": r["name"], "seconds": r["seconds"], "error": r["error"],
-                                            "puzzles": [p.to_dict() for p in r["puzzles"]]} for r in rows]}
-    path.write_text(json.dumps(data, indent=1))
