@@ -152,3 +152,11 @@ def test_a_bad_weights_file_stops_batch_before_any_grading(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--weights" in err and "[p3] weight must be a number at least 0" in err and "Grading" not in err
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_no_cell_of_the_csv_opens_as_a_formula(tmp_path):
+    row = {"name": "=HYPERLINK(\"http://x\")", "error": "", "seconds": 1.0,
+           "puzzles": [p3(FAIL, [Check("@check", False, "=1+1")])]}
+    class_report.write_csv([score_row(row, Weights(), ["p3"])], tmp_path / "r.csv", ["p3"])
+    [r] = list(csv.DictReader((tmp_path / "r.csv").open()))
+    assert r["submission"] == "'=HYPERLINK(\"http://x\")" and r["p3 reason"] == "'@check: =1+1"

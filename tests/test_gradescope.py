@@ -229,3 +229,29 @@ def test_run_autograder_writes_results_even_when_python_cannot_start(bundle, tmp
     data, _ = run_autograder(bundle, tmp_path / "autograder", python="/bin/false")
     jsonschema.validate(data, RESULTS_SCHEMA)
     assert data["score"] == 0 and "failed to start" in data["output"]
+
+
+def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_path, monkeypatch):
+    root = autograder_root(tmp_path, {"puzzles": ["p3"]})
+    sub = root / "submission"
+    shutil.copy(REPO / "solutions" / "p3_data_parallel.py", sub)
+    (sub / "helpers").mkdir()
+    (sub / "helpers" / "util.py").write_text("X = 1\n")
+    (sub / ".git").mkdir()
+    (sub / ".git" / "config").write_text("")
+    (sub / "everything").symlink_to("/")  # an uploaded link to the whole disk: neither searched nor copied
+    (sub / "p8_zero.py").symlink_to(REPO / "solutions" / "p8_zero.py")  # nor a linked-in reference
+    seen = {}
+
+    def fake_run_batch(folder, seed, timeout, memory_mb, puzzle_ids, jobs, progress):
+        [item] = list(folder.iterdir())
+        seen["files"] = sorted(p.relative_to(item).as_posix() for p in item.rglob("*") if p.is_file())
+        seen["links"] = [p for p in item.rglob("*") if p.is_symlink()]
+        seen["args"] = (timeout, memory_mb, puzzle_ids, jobs)
+        return [{"name": item.name, "error": "", "puzzles": [], "seconds": 0.0}]
+
+    monkeypatch.setattr("grader.frontends.batch.run_batch", fake_run_batch)
+    assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
+    assert seen["files"] == ["helpers/util.py", "p3_data_parallel.py"] and seen["links"] == []
+    assert seen["args"] == (120.0, 4096, ["p3"], 1)
+    valid(json.loads((root / "results" / "results.json").read_text()))

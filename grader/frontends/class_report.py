@@ -60,11 +60,18 @@ def csv_header(puzzle_ids: list[str]) -> list[str]:
     return ["submission", "kind", "points", "max points", "passed", *per_puzzle, "error", "flags", "seconds"]
 
 
+def text_cell(text: str) -> str:
+    """A cell a spreadsheet shows as text: one that starts like a formula ("=", "+", "-", "@": a learner's folder
+    name or exception message) gets a leading apostrophe, so that opening the CSV runs nothing."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def csv_row(s: SubmissionScore) -> list:
-    per_puzzle = [cell for p in s.puzzles for cell in (p.status, points_text(p.points), p.reason)]
+    per_puzzle = [cell for p in s.puzzles for cell in (p.status, points_text(p.points), text_cell(p.reason))]
     passed = sum(p.status == PASS for p in s.puzzles)
-    return [s.name, s.kind, points_text(s.points), points_text(s.max_points), passed, *per_puzzle,
-            one_line(s.error), "; ".join(one_line(f) for f in s.flags), s.seconds]
+    flags = "; ".join(one_line(f) for f in s.flags)
+    return [text_cell(s.name), s.kind, points_text(s.points), points_text(s.max_points), passed, *per_puzzle,
+            text_cell(one_line(s.error)), text_cell(flags), s.seconds]
 
 
 def write_csv(scores: list[SubmissionScore], path: Path, puzzle_ids: list[str]) -> None:

@@ -90,12 +90,13 @@ SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", "node_modules", ".git"}
 
 
 def _walk(folder: Path, depth: int = 4):
-    """Folders and files under `folder`, shallowest first, skipping hidden folders and caches."""
+    """Folders and their files under `folder`, shallowest first, skipping hidden folders, caches and every
+    symbolic link (an uploaded link to / must not send the search, or the copy, through the whole disk)."""
     level = [folder]
     for _ in range(depth + 1):
         nxt = []
         for d in level:
-            entries = sorted(d.iterdir())
+            entries = [e for e in sorted(d.iterdir()) if not e.is_symlink()]
             yield d, [e for e in entries if e.is_file()]
             nxt += [e for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIPPED_DIRS]
         level = nxt
@@ -173,7 +174,8 @@ def autograde(environ=os.environ) -> int:
 
 
 def _grade(item: Path, seed: int, config: dict, ids: list[str]) -> dict:
-    """Grade one item through batch: a private copy in a folder of its own, graded in a child process."""
+    """Grade one item through batch: a private copy (regular files only, 5 folders deep at most) in a folder of
+    its own, graded in a child process."""
     from .batch import run_batch
 
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
@@ -181,9 +183,13 @@ def _grade(item: Path, seed: int, config: dict, ids: list[str]) -> dict:
         stage.mkdir()
         name = item.name if item.suffix == ".ipynb" else "submission"
         if item.is_dir():
-            shutil.copytree(item, stage / name, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+            for _, files in _walk(item):
+                for f in files:
+                    target = stage / name / f.relative_to(item)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f, target)
         else:
-            shutil.copy2(item, stage / name)
+            shutil.copyfile(item, stage / name)
         [row] = run_batch(stage, seed, float(config.get("timeout", 120.0)), int(config.get("memory_mb", 4096)),
                           ids, jobs=1, progress=sys.stdout)
     return row
