@@ -22,16 +22,9 @@ import re
 import sys
 from pathlib import Path
 
-from ..core.result import PASS, fmt
+from ..core.result import PASS
 from ..specs import SPECS
-from .scoring import (
-    SubmissionScore,
-    Weights,
-    headline,
-    one_line,
-    points_text,
-    score_row,
-)
+from .scoring import SubmissionScore, Weights, budget_line, headline, one_line, points_text, score_row
 
 STATUS_WORD = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "not_attempted": "not attempted",
                "not_graded": "not graded"}
@@ -163,9 +156,8 @@ def puzzle_lines(p) -> list[str]:
         points = f" ({points_text(score.points)} / {points_text(score.max_points)} points)" \
             if score.points is not None else ""
         lines.append(f"- **{'ok' if c.passed else 'FAIL'} {c.name}**{points}: {c.message}")
-        if c.budget is not None and not c.passed:
-            measured = f"; measured {fmt(c.measured, c.budget.unit)}" if c.measured is not None else ""
-            lines.append(f"  - budget: {c.budget.describe()}{measured}")
+        if budget_line(c):
+            lines.append(f"  - {budget_line(c)}")
         if c.diagnosis:
             lines.append(f"  - likely cause: {c.diagnosis}")
     lines += [f"- **FAIL {c.name}**: this check is missing from the result" for c in p.checks[len(r.checks):]]

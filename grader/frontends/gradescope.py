@@ -26,17 +26,10 @@ import traceback
 from pathlib import Path
 
 from ..core.grading import fresh_seed
-from ..core.result import PASS, fmt
+from ..core.result import PASS
 from ..specs import SPECS
-from .scoring import (
-    PuzzleScore,
-    SubmissionScore,
-    headline,
-    one_line,
-    parse_weights,
-    points_text,
-    score_row,
-)
+from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, one_line, parse_weights, points_text,
+                      score_row)
 from .stubs import learner_edited
 
 VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
@@ -54,9 +47,8 @@ def test_output(p: PuzzleScore) -> str:
     for c, score in zip(r.checks, p.checks):
         share = f" ({points_text(score.points)}/{points_text(score.max_points)})" if score.points is not None else ""
         lines.append(f"{'ok  ' if c.passed else 'FAIL'} {c.name}{share}: {c.message}")
-        if c.budget is not None and not c.passed:
-            measured = f"; measured {fmt(c.measured, c.budget.unit)}" if c.measured is not None else ""
-            lines.append(f"     budget: {c.budget.describe()}{measured}")
+        if budget_line(c):
+            lines.append(f"     {budget_line(c)}")
         if c.diagnosis:
             lines.append(f"     likely cause: {c.diagnosis}")
     lines += [f"FAIL {c.name}: this check is missing from the result" for c in p.checks[len(r.checks):]]

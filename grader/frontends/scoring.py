@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.result import FAIL, PASS, PuzzleResult
+from ..core.result import FAIL, PASS, PuzzleResult, fmt
 from ..specs import SPECS
 
 DEFAULT_TOTAL = 100.0
@@ -221,6 +221,14 @@ def reason_of(result: PuzzleResult) -> str:
     if failed:
         return one_line(f"{failed[0].name}: {failed[0].message}")
     return one_line(result.error) or result.status.replace("_", " ")
+
+
+def budget_line(check) -> str:
+    """A failed check's budget beside what was measured ("" when the check has no budget or passed)."""
+    if check.budget is None or check.passed:
+        return ""
+    measured = f"; measured {fmt(check.measured, check.budget.unit)}" if check.measured is not None else ""
+    return f"budget: {check.budget.describe()}{measured}"
 
 
 def score_puzzle(result: PuzzleResult, max_points: float, weights: Weights) -> PuzzleScore:
