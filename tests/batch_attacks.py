@@ -37,7 +37,7 @@ def in_function(source: str, function: str, code: str) -> str:
 
 def comm_marker(marker: str) -> str:
     """Code that names this process `marker` (as /proc/PID/comm shows it), so a test can find a survivor."""
-    return (f"import ctypes as _ct\n_ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n")
+    return (f"_ct = __import__('ct' + 'ypes')\n_ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n")
 
 
 def daemon(marker: str, body: str) -> str:
@@ -49,7 +49,7 @@ if _os.fork() == 0:
     _os.setsid()
     if _os.fork() == 0:
         try:
-            import ctypes as _ct
+            _ct = __import__('ct' + 'ypes')  # (a computed name: the grader's scan for internals would refuse it)
             _ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)
 {lines}
         finally:
@@ -77,13 +77,14 @@ if _seen:
     raise RuntimeError("ATTACK SAW " + repr(_seen))
 '''
     find_solutions = f'''
-import glob as _glob, importlib as _il, os as _os, sys as _sys
+import glob as _glob, os as _os, sys as _sys
+_il = __import__('imp' + 'ortlib')  # computed names: the grader's scan for internals would refuse these files
 _cands = [{grader_root + "/solutions/p3_data_parallel.py"!r}, "/work/main/solutions/p3_data_parallel.py"]
 _cands += [_os.path.join(p, "solutions", "p3_data_parallel.py") for p in _sys.path if p]
 for _pattern in ("/*/solutions/p3_*.py", "/*/*/solutions/p3_*.py", "/*/*/*/solutions/p3_*.py"):
     _cands += _glob.glob(_pattern)
 try:
-    import grader as _g
+    _g = __import__('gra' + 'der')
     _cands.append(_os.path.join(_os.path.dirname(_os.path.dirname(_g.__file__)), "solutions", "p3_data_parallel.py"))
     _cands.append(_il.import_module("solutions.p3_data_parallel").__file__)
 except Exception:
@@ -111,34 +112,35 @@ for _path in [{str(decoy / "observations.pt")!r}, "/tmp/grade-x/observations.pt"
     exec_daemon = (f"_os.execv(__import__('sys').executable, [__import__('sys').executable, '-c', "
                    f"'import time; time.sleep(600)  # {marker}-exec'])")
     ledger = '''
-from puzzles.simulator import memory as _memory
+_memory = __import__("puzzles.simulator.memory", fromlist=["_"])  # computed: the internals scan would refuse it
 _real = _memory.Ledger.allocate
 def _allocate(self, key, nbytes, site):
     return _real(self, key, min(nbytes, 8), site)
 _memory.Ledger.allocate = _allocate
 '''
     cost = '''
-import grader.specs.p7_overlap as _p7
+_p7 = __import__("grader.specs.p7_overlap", fromlist=["_"])
 object.__setattr__(_p7.COST, "bytes_per_tick", None)
 object.__setattr__(_p7.COST, "latency_ticks", 0)
 '''
     grading = '''
-import grader.core.grading as _grading, grader.specs as _specs
-from grader.core.result import PuzzleResult as _PR
+_grading = __import__("grader.core.grading", fromlist=["_"])
+_specs = __import__("grader.specs", fromlist=["_"])
+_PR = __import__("grader.core.result", fromlist=["_"]).PuzzleResult
 _grading.grade_observation = lambda spec, obs, inputs: _PR(spec.id, spec.name, spec.title, "pass")
 _specs.SPECS["p3"].check = lambda obs, ref, inputs: []
 '''
     observe = '''
-import grader.backends.simulator as _bs
+_bs = __import__("grader.backends.simulator", fromlist=["_"])
 _real_observe = _bs.observe_module
 def _forged_observe(spec, module, inputs, seed):
     return _real_observe(spec, module, inputs, seed)
 _bs.observe_module = _forged_observe
 '''
     world = '''
-import gc as _gc
-from puzzles.simulator.memory import Ledger as _Ledger
-for _obj in _gc.get_objects():
+_gc = __import__("g" + "c")
+_Ledger = __import__("puzzles.simulator.memory", fromlist=["_"]).Ledger
+for _obj in getattr(_gc, "get_" + "objects")():
     if isinstance(_obj, _Ledger):
         _obj.peak = 8
 '''

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grader.backends.simulator import observe_file
-from grader.frontends import batch
+from grader.frontends import batch, class_report
 from grader.frontends.batch_verdict import printable, verdict
 from grader.frontends.notebook_file import build_notebook
 from grader.frontends.runner import record_bytes
@@ -64,11 +64,10 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert "[10/10]" in progress.getvalue()  # progress, as it goes
 
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
-    batch.write_csv(rows, out, ["p3"])
-    batch.write_json(rows, js, 4)
+    class_report.write_reports(rows, 4, ["p3"], csv_path=out, json_path=js)
     table = {r["submission"]: r for r in csv.DictReader(out.open())}
     assert table["alice"]["p3"] == "pass" and table["alice"]["passed"] == "1"
-    assert table["notes.txt"]["p3"] == "error" and table["notes.txt"]["error"].startswith("not a submission")
+    assert table["notes.txt"]["p3"] == "not_graded" and table["notes.txt"]["error"].startswith("not a submission")
     data = {s["name"]: s for s in json.loads(js.read_text())["submissions"]}
     assert data["broken.ipynb"]["kind"] == "broken" and data["gina"]["puzzles"][0]["status"] == "error"
 
@@ -142,7 +141,7 @@ def test_findings_make_the_puzzle_an_error_and_go_to_the_flags():
     spec, record = _record("p3", ROOT / "solutions")
     record["findings"] = ["grader.core.grading.grade_observation was replaced"]
     result, flags = _verdict(spec, _framed(record))
-    assert result.status == "error" and "tampering" in result.error
+    assert result.status == "tampered" and "tampering" in result.error
     assert flags == ["p3: tampering: grader.core.grading.grade_observation was replaced"]
 
 

@@ -139,22 +139,25 @@ def test_a_learners_output_never_reaches_the_terminal_raw(graded):
 
 
 @pytest.mark.parametrize("name, pid, evidence", [
-    ("tamper_checks", "p3", "grader.core.grading.grade_observation was replaced"),
-    ("tamper_ledger", "p1", "Ledger.allocate was replaced"),
-    ("tamper_cost", "p7", "COST.bytes_per_tick was changed from 512 to None"),
-    ("tamper_observe", "p3", "grader.backends.simulator.observe_module was replaced"),
+    ("tamper_checks", "p3", "grader.core.grading.grade_observation was rebound"),
+    ("tamper_ledger", "p1", "puzzles.simulator.memory.Ledger.allocate was changed"),
+    ("tamper_cost", "p7", "grader.specs.p7_overlap.COST.bytes_per_tick was changed"),
+    ("tamper_observe", "p3", "grader.backends.simulator.observe_module was rebound"),
 ])
 def test_patching_the_grader_or_the_simulator_is_flagged_and_never_passes(graded, name, pid, evidence):
-    assert status(graded, name, pid) == "error"
-    assert error(graded, name, pid).startswith("the grader's or the simulator's code was changed")
+    """Each attack names its modules with computed strings, so the static scan for internals does not see it:
+    the fingerprint taken around the run (grader/backends/tamper.py) must."""
+    assert status(graded, name, pid) == "tampered"
+    assert error(graded, name, pid).startswith("your code modified what the grader relies on")
     assert any(evidence in flag for flag in graded["rows"][name]["flags"]), graded["rows"][name]["flags"]
 
 
-def test_changing_the_ledger_from_inside_the_run_is_caught_by_the_parent(graded):
-    """The figures are cross-checked: a peak that disagrees with its own timeline is not a measurement."""
-    assert status(graded, "tamper_world", "p1") == "error"
-    assert "disagrees with its own timeline" in error(graded, "tamper_world", "p1")
-    assert any("malformed record" in flag for flag in graded["rows"]["tamper_world"]["flags"])
+def test_changing_the_ledger_from_inside_the_run_is_caught(graded):
+    """The figures are cross-checked: a peak that disagrees with the ledger's own timeline is not a measurement
+    (the ledger's audit in the child; the parent checks the record again, test_batch.py)."""
+    assert status(graded, "tamper_world", "p1") == "tampered"
+    assert "not the highest point of its own timeline" in error(graded, "tamper_world", "p1")
+    assert any("tampering" in flag for flag in graded["rows"]["tamper_world"]["flags"])
 
 
 def test_a_submission_sees_none_of_the_instructors_environment(graded):

@@ -86,19 +86,24 @@ def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int,
     return untampered(spec, before, _run(spec, module, inputs, seed))
 
 
-def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int) -> Observation | PuzzleResult:
+def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan=internals_used,
+                 _fingerprint=Fingerprint, _load=load_puzzle, _run=_run, _untampered=untampered):
     """Load one puzzle file and run it. The spec's run context covers the import too, so that what a puzzle
     takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run; the fingerprint is taken
-    before the import, so that changes made at import time count too."""
-    found = internals_used(path.read_text(), path.name) if path.exists() else []
+    before the import, so that changes made at import time count too.
+
+    What this call uses is bound when it is defined (the keyword defaults), not looked up in this module when it
+    runs: the learner's file is imported inside this very call, and a file that rebinds, say, observe_module must
+    not reroute the call it runs in (the fingerprint then names the rebinding)."""
+    found = _scan(path.read_text(), path.name) if path.exists() else []
     if found:
         return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
     with spec.run_context():
-        before = Fingerprint()
-        module = load_puzzle(spec, path)
+        before = _fingerprint()
+        module = _load(spec, path)
         if isinstance(module, PuzzleResult):
-            return untampered(spec, before, module)
-        return observe_module(spec, module, inputs, seed, before)
+            return _untampered(spec, before, module)
+        return _untampered(spec, before, _run(spec, module, inputs, seed))
 
 
 def _graded(spec: PuzzleSpec, observed, inputs: dict) -> PuzzleResult:

@@ -65,8 +65,7 @@ class _Print:
             self.kind, self.parts = "dict", dict(value)
         elif depth == 0 and isinstance(value, (list, set)):
             self.kind, self.parts = "container", list(value)
-        elif depth == 0 and getattr(type(value), "__module__", "") == owner and hasattr(value, "__dict__") \
-                and not isinstance(value, type):
+        elif depth == 0 and _ours_instance(value):  # a spec, a cost model: an object of one of the project's classes
             self.kind, self.parts = "instance", dict(vars(value))
 
     def same_as(self, later: _Print, grow_ok: bool = False) -> bool:
@@ -112,28 +111,52 @@ class _Print:
 _BOOKKEEPING = ("__dict__", "__weakref__", "__slotnames__")
 
 
+def _ours_instance(value) -> bool:
+    """An object of a class of the grader's or the simulator's (a SPEC, a CostModel): its attributes matter."""
+    return (not isinstance(value, type) and hasattr(value, "__dict__")
+            and str(getattr(type(value), "__module__", "")).startswith(WATCHED_PREFIXES))
+
+
+def _inner(value):
+    """One level of what a class member holds: a function's code and defaults, a project object's attributes."""
+    if isinstance(value, types.FunctionType):
+        return tuple(getattr(value, a) for a in _FUNCTION_PARTS)
+    if _ours_instance(value):
+        return dict(vars(value))
+    return None
+
+
+def _inner_same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a.keys() == b.keys() and all(b[k] is v for k, v in a.items())
+
+
 def _members(cls: type) -> dict:
-    return {k: (v, tuple(getattr(v, a) for a in _FUNCTION_PARTS) if isinstance(v, types.FunctionType) else None)
-            for k, v in list(vars(cls).items()) if k not in _BOOKKEEPING}
+    return {k: (v, _inner(v)) for k, v in list(vars(cls).items()) if k not in _BOOKKEEPING}
 
 
 def _members_same(a: dict, b: dict) -> bool:
     if a.keys() != b.keys():
         return False
-    return all(b[k][0] is v and (parts is None or all(x is y for x, y in zip(parts, b[k][1])))
-               for k, (v, parts) in a.items())
+    return all(b[k][0] is v and _inner_same(inner, b[k][1]) for k, (v, inner) in a.items())
 
 
 def _restore_members(cls: type, members: dict) -> None:
     for k in [k for k in list(vars(cls)) if k not in members and k not in _BOOKKEEPING]:
         delattr(cls, k)
-    for k, (v, parts) in members.items():
+    for k, (v, inner) in members.items():
         if vars(cls).get(k) is not v:
             setattr(cls, k, v)
-        if parts is not None:
-            for name, part in zip(_FUNCTION_PARTS, parts):
+        if isinstance(inner, tuple):
+            for name, part in zip(_FUNCTION_PARTS, inner):
                 if name != "__closure__" and getattr(v, name) is not part:
                     setattr(v, name, part)
+        elif isinstance(inner, dict) and not _inner_same(inner, dict(vars(v))):
+            vars(v).clear()
+            vars(v).update(inner)
 
 
 def _torch_own(value) -> bool:

@@ -20,6 +20,5 @@
     plots/            memory timelines and schedules (matplotlib, no pyplot)
     mutate/           `mutate`: mutation testing of the grader (mutants of solutions/, graded in children)
 
-Instructor tools to come live here too, each in its own module: mutation testing, the grading sandbox, a
-student release, Gradescope.
+Instructor tools to come live here too, each in its own module: mutation testing, the grading sandbox.
 """

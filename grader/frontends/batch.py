@@ -12,8 +12,6 @@ the README ("Grading for credit").
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import queue
 import shutil
@@ -27,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
-from ..specs import SPECS, select
+from ..specs import select
 from . import reaper, sandbox, wire
 from .batch_verdict import printable, verdict
 
@@ -258,22 +256,3 @@ def summary(row: dict) -> str:
     flagged = f"; {len(row['flags'])} flags" if row.get("flags") else ""
     return (f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors, "
             f"{counts[NOT_ATTEMPTED]} not attempted{flagged}")
-
-
-def write_csv(rows: list[dict], path: Path, puzzle_ids=None) -> None:
-    ids = list(puzzle_ids or SPECS)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["submission", "passed", *ids, "seconds", "error"])
-        for row in rows:
-            status = {p.id: p.status for p in row["puzzles"]}
-            w.writerow([row["name"], sum(s == PASS for s in status.values()),
-                        *(status.get(i, ERROR if row["error"] else "") for i in ids), row["seconds"], row["error"]])
-
-
-def write_json(rows: list[dict], path: Path, seed: int) -> None:
-    data = {"seed": seed, "submissions": [{"name": r["name"], "kind": r.get("kind", "folder"), "seconds": r["seconds"],
-                                            "error": r["error"], "flags": r.get("flags", []),
-                                            "puzzles": [p.to_dict() for p in r["puzzles"]]} for r in rows]}
-    path.write_text(json.dumps(data, indent=1))
-

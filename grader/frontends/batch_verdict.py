@@ -14,7 +14,12 @@ import signal
 import threading
 
 from ..core.grading import grade_observation
-from ..core.result import ERROR, NOT_ATTEMPTED, PuzzleResult
+from ..core.result import ERROR, GRADER_ERROR, NOT_ATTEMPTED, PARTIAL, TAMPERED, PuzzleResult
+
+# What a puzzle's process may report instead of an observation (what backends.simulator.observe_file returns when
+# there is nothing to grade: not attempted, partly written, an error, tampering its own detector found, a grader
+# failure). PASS and FAIL only the parent decides.
+CHILD_STATUSES = (NOT_ATTEMPTED, PARTIAL, ERROR, TAMPERED, GRADER_ERROR)
 from ..core.spec import Observation
 from . import record as record_format
 from .sandbox import FILE_MB
@@ -79,15 +84,17 @@ def verdict(spec, reply: dict, payload: bytes, seed: int, timeout: float, memory
     findings = [printable(f, 300) for f in record["findings"]]
     if findings:
         shown = "; ".join(findings[:3]) + (f"; and {len(findings) - 3} more" if len(findings) > 3 else "")
-        return error(f"the grader's or the simulator's code was changed while this puzzle ran (tampering): "
-                     f"{shown}"), [f"{spec.id}: tampering: {f}" for f in findings]
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=(
+            f"the grader's or the simulator's code was changed while this puzzle ran (tampering): {shown}")), [
+            f"{spec.id}: tampering: {f}" for f in findings]
     if record["status"] != "observed":
         why = printable(record.get("error", ""))
         if record["status"] == ERROR and any(s in why for s in MEMORY_SIGNS):
             why = f"ran out of memory (the limit is {memory_mb} MiB per puzzle, beyond the grader's own): {why}"
         if record["status"] == ERROR:
             why += said
-        return PuzzleResult(spec.id, spec.name, spec.title, record["status"], error=why), []
+        flags = [f"{spec.id}: tampering: {why.splitlines()[0] if why else ''}"] if record["status"] == TAMPERED else []
+        return PuzzleResult(spec.id, spec.name, spec.title, record["status"], error=why), flags
     obs = Observation(**{**record["observation"], "backend": "sim"})  # a record cannot make clock checks optional
     try:
         return grade_observation(_ClassReference(spec, seed), obs, spec.make_inputs(seed)), []
@@ -125,7 +132,7 @@ def _load(payload: bytes, spec) -> tuple[dict, str]:
         return {}, str(exc)
     except Exception as exc:  # noqa: BLE001  (a parser's bug must not take the batch down; record.py aims at none)
         return {}, f"unreadable ({type(exc).__name__})"
-    if not isinstance(record, dict) or record.get("status") not in ("observed", NOT_ATTEMPTED, ERROR):
+    if not isinstance(record, dict) or record.get("status") not in ("observed", *CHILD_STATUSES):
         return {}, "no status"
     if not isinstance(record.get("findings"), list) or not all(isinstance(f, str) for f in record["findings"]):
         return {}, "no findings list"

@@ -79,6 +79,9 @@ def cmd_batch(args) -> int:
 
     seed = args.seed if args.seed is not None else fresh_seed()
     folder = Path(args.submissions)
+    weights = batch_weights(args)
+    if weights is None:
+        return 2
     print(f"Grading the submissions in {folder} (seed {seed}; each puzzle: time limit {args.timeout:g} s, memory "
           f"limit {args.memory_mb} MiB)", file=sys.stderr)
     try:
@@ -90,11 +93,61 @@ def cmd_batch(args) -> int:
     except KeyboardInterrupt:  # every worker and every puzzle's process is stopped by then
         print("interrupted: no results written", file=sys.stderr)
         return 130
-    batch.write_csv(rows, Path(args.out), args.puzzle)
-    print(f"wrote {args.out}", file=sys.stderr)
-    if args.json:
-        batch.write_json(rows, Path(args.json), seed)
-        print(f"wrote {args.json}", file=sys.stderr)
+    return write_batch_reports(args, folder, rows, seed, weights)
+
+
+def batch_weights(args):
+    """The --weights file, read before grading so that a mistake in it costs no grading time (None: refused)."""
+    from .scoring import WeightsError, load_weights
+
+    try:
+        return load_weights(args.weights)
+    except (OSError, WeightsError) as exc:
+        print(f"error: --weights: {exc}", file=sys.stderr)
+        return None
+
+
+def write_batch_reports(args, folder, rows, seed, weights) -> int:
+    """batch's reports (class_report.py): CSV, JSON, per-student feedback, Gradescope's results.json."""
+    from . import class_report
+
+    rows = class_report.stray_rows(folder, rows)
+    class_report.write_reports(rows, seed, args.puzzle, weights, csv_path=args.out, json_path=args.json,
+                               feedback_dir=args.feedback, gradescope_dir=args.gradescope, plots=not args.no_plots)
+    for path in (args.out, args.json, args.feedback, args.gradescope):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_gradescope(args) -> int:
+    from .gradescope_bundle import write_bundle
+
+    try:
+        out, archive = write_bundle(REPO, args.out, args.weights, args.timeout, args.memory_mb, args.puzzle,
+                                    args.visibility, args.stdout_visibility, args.torch)
+    except (FileExistsError, FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}/ and {archive}: upload {archive.name} to Gradescope as the autograder", file=sys.stderr)
+    return 0
+
+
+def cmd_release(args) -> int:
+    from pathlib import Path
+
+    from . import release
+
+    try:
+        written = release.write_release(REPO, Path(args.out))
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    _, left_out = release.learner_readme((REPO / "README.md").read_text())
+    if left_out:
+        print(f"note: README sections left out of the learner's README (neither a learner nor an instructor "
+              f"section in release.py): {', '.join(left_out)}", file=sys.stderr)
+    print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -179,7 +232,10 @@ def parser() -> argparse.ArgumentParser:
     bt.add_argument("--sandbox", choices=("auto", "namespaces", "userns", "process"), default="auto",
                     help="the isolation (default auto: the strongest this machine allows; README, 'Grading for "
                          "credit')")
+    add_report_options(bt)
     bt.set_defaults(func=cmd_batch)
+    add_gradescope_parser(sub)
+    add_release_parser(sub)
     mu = sub.add_parser("mutate", help="mutation testing of the grader: grade mutants of the reference solutions "
                                        "(learners' mistakes put into them); exit 1 if one that is not equivalent "
                                        "survives")
@@ -204,6 +260,40 @@ def parser() -> argparse.ArgumentParser:
     zy.set_defaults(func=cmd_zygote)
     sub.metavar = "{" + ",".join(name for name in sub.choices if not name.startswith("_")) + "}"
     return p
+
+
+def add_report_options(bt) -> None:
+    bt.add_argument("--weights", metavar="FILE", help="points per puzzle and per check (TOML or JSON; README, "
+                                                      "\"For instructors\"); default: 100 points shared equally, "
+                                                      "a puzzle's points earned when all its checks pass")
+    bt.add_argument("--feedback", metavar="DIR", help="write DIR/<submission>/feedback.md, with the plots, for each")
+    bt.add_argument("--no-plots", action="store_true", help="with --feedback: no memory and schedule plots (faster)")
+    bt.add_argument("--gradescope", metavar="DIR", help="write DIR/<submission>.json in Gradescope's results format")
+
+
+def add_gradescope_parser(sub) -> None:
+    from .gradescope import VISIBILITY
+
+    g = sub.add_parser("gradescope", help="write a Gradescope autograder bundle: OUT/ and OUT.zip (setup.sh, "
+                                          "run_autograder, the package without solutions)")
+    g.add_argument("out", help="the folder to write (new); the zip to upload is written beside it as OUT.zip")
+    g.add_argument("--weights", metavar="FILE", help="points per puzzle and per check (TOML or JSON)")
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds a submission may take (default 120)")
+    g.add_argument("--memory-mb", type=int, default=4096, help="address-space limit per submission (default 4096)")
+    g.add_argument("--puzzle", "-p", action="append", help="grade only this puzzle; repeatable")
+    g.add_argument("--visibility", choices=VISIBILITY, default="visible",
+                   help="when learners see their results (default visible: at once)")
+    g.add_argument("--stdout-visibility", choices=VISIBILITY, default="hidden",
+                   help="when learners see the autograder's log (default hidden)")
+    g.add_argument("--torch", metavar="VERSION", help="the torch setup.sh installs (default: this one's version)")
+    g.set_defaults(func=cmd_gradescope)
+
+
+def add_release_parser(sub) -> None:
+    r = sub.add_parser("release", help="write the student copy: stubs, notebook, self-grading tests, the "
+                                       "package and a README for learners; no solutions")
+    r.add_argument("out", help="the folder to write (new, or empty)")
+    r.set_defaults(func=cmd_release)
 
 
 def main(argv=None) -> int:

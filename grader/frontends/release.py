@@ -1,0 +1,166 @@
+"""`python -m grader release OUT`: the copy a class receives. Everything a learner needs, no solution.
+
+    released_files(root)   every file of the copy, by its path in it: THE list (extend it here)
+    package_files(root)    the part that `pip install` needs (also the Gradescope bundle's package)
+    learner_readme(text)   the README's learner sections; instructor material left out
+    solution_leaks(files)  what of solutions/ some files give away (the release refuses to write any)
+    write_release(root, out)
+
+The stubs are generated afresh from solutions/ by the build's own functions (build.planned_files,
+build.notebook_text), never copied from puzzles/, where an instructor may have solved them. The copy holds no
+solutions/, no tests/naive or tests/wrong, no bench/ and no project test: its `pytest` runs the self-grading
+tests only (tests/test_puzzles.py: a stub is skipped as not attempted), and its `python -m grader` grades its
+own puzzles/. The project's own suite stays the instructor's and needs solutions/ (it holds the references to
+their budgets); the copy's tests never do.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+from . import build
+from .stubs import BEGIN, END
+
+# The README's sections by heading: the learner's are copied, the instructor's left out. A heading in neither
+# list is left out too (and named by the command), so that new instructor material never ships by accident.
+LEARNER_SECTIONS = ("Quickstart", "Solving the puzzles", "How grading works", "The simulator",
+                    "Running on real torch.distributed")
+INSTRUCTOR_SECTIONS = ("For instructors", "Grading for credit", "Benchmarks", "Development")
+
+COPY_NOTE = ("This is your copy of the puzzles: `puzzles/` holds the files you fill in, `puzzles.ipynb` the same "
+             "puzzles as a notebook, and `pytest` or `python -m grader` grades them (a puzzle you have not started "
+             "is skipped as \"not attempted\").")
+
+SELF_GRADING_TESTS = ("tests/conftest.py", "tests/test_puzzles.py")
+_PUZZLE_FILE = re.compile(r"^p\d+_\w+\.py$")
+
+
+def released_files(root: Path) -> dict[str, str | bytes]:
+    """Every file of the student copy, by its path in the copy (text: generated; bytes: copied as is). To ship
+    another file (the standalone notebook, a learner-only pytest setup), add it here: tests/test_release.py
+    checks the whole copy for solutions and runs its own `pytest` and `python -m grader`."""
+    files = package_files(root)
+    files[build.NOTEBOOK] = build.notebook_text(root)
+    for rel in SELF_GRADING_TESTS:
+        files[rel] = (root / rel).read_bytes()
+    return files
+
+
+def package_files(root: Path) -> dict[str, str | bytes]:
+    """grader/ and puzzles/ (with the stubs generated from solutions/), pyproject.toml and the learner's README:
+    what `pip install` of the copy needs."""
+    files: dict[str, str | bytes] = {}
+    for package in ("grader", "puzzles"):
+        for path in sorted((root / package).rglob("*")):
+            rel = path.relative_to(root)
+            if path.is_file() and _shipped(rel):
+                files[rel.as_posix()] = path.read_bytes()
+    files = {rel: data for rel, data in files.items()
+             if not (rel.startswith("puzzles/") and rel.count("/") == 1 and _PUZZLE_FILE.match(rel[8:]))}
+    for path, text in build.planned_files(root).items():
+        files[path.relative_to(root).as_posix()] = text
+    files["pyproject.toml"] = (root / "pyproject.toml").read_bytes()
+    files["README.md"] = learner_readme((root / "README.md").read_text())[0]
+    return files
+
+
+def _shipped(rel: Path) -> bool:
+    return not any(part.startswith(".") or part == "__pycache__" or part.endswith(".egg-info") for part in rel.parts) \
+        and rel.suffix not in (".pyc", ".pyo")
+
+
+def learner_readme(text: str) -> tuple[str, list[str]]:
+    """(the README for learners, the headings left out that neither list names)."""
+    parts = re.split(r"(?m)^(?=## )", text)
+    preamble, sections = parts[0], parts[1:]
+    kept, unknown = [preamble.rstrip() + "\n\n" + COPY_NOTE + "\n\n"], []
+    for section in sections:
+        heading = section.splitlines()[0][3:].strip()
+        if heading in LEARNER_SECTIONS:
+            kept.append(section)
+        elif heading not in INSTRUCTOR_SECTIONS:
+            unknown.append(heading)
+    readme = "".join(kept).rstrip() + "\n"
+    # The copy has no solutions/ to grade: its examples grade the learner's own files.
+    readme = re.sub(r"(check|--target) solutions\b", r"\1 puzzles", readme)
+    return readme, unknown
+
+
+def _text_lines(rel: str, data: str | bytes) -> list[str]:
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    if rel.endswith(".ipynb"):
+        nb = nbformat.reads(text, as_version=4)
+        return [line for cell in nb.cells for line in cell.source.splitlines()]
+    return text.splitlines()
+
+
+def solution_regions(root: Path) -> dict[str, list[list[str]]]:
+    """{solution file: its solution regions, each as its stripped lines of code (no blanks, no comments)}."""
+    regions = {}
+    for path in sorted((root / "solutions").glob("p*_*.py")):
+        found, current = [], None
+        for line in path.read_text().splitlines():
+            mark = line.strip()
+            if mark == BEGIN:
+                current = []
+            elif mark == END and current is not None:
+                found.append(current)
+                current = None
+            elif current is not None and mark and not mark.startswith("#"):
+                current.append(mark)
+        regions[path.name] = found
+    return regions
+
+
+WINDOW = 3  # consecutive lines of a solution region that make a leak; two can be ordinary code (the spec's
+#             serial reference shares `for i, (w1, w2) in enumerate(layers):` / `if i % k == 0:` with p1's)
+
+
+def solution_leaks(files: dict[str, str | bytes], root: Path) -> list[str]:
+    """What of solutions/ the files give away: a solution file's content, a BEGIN/END SOLUTION marker line, or
+    WINDOW consecutive lines of code of a solution region, whatever their indentation (a region shorter than
+    that, like p4's `return grad, None`, cannot be told from ordinary code and is not looked for)."""
+    solutions = {p.read_bytes() for p in (root / "solutions").glob("*.py")}
+    windows = {tuple(region[i:i + WINDOW]): name for name, found in solution_regions(root).items()
+               for region in found for i in range(len(region) - WINDOW + 1)}
+    leaks = []
+    for rel, data in files.items():
+        raw = data.encode() if isinstance(data, str) else data
+        if raw in solutions:
+            leaks.append(f"{rel} is a file of solutions/")
+        lines = [line.strip() for line in _text_lines(rel, data)]
+        leaks += [f"{rel} has a {mark!r} line" for mark in lines if mark in (BEGIN, END)]
+        code = [line for line in lines if line and not line.startswith("#")]
+        for i in range(len(code) - WINDOW + 1):
+            name = windows.get(tuple(code[i:i + WINDOW]))
+            if name:
+                leaks.append(f"{rel} has the code of solutions/{name}: {code[i]!r} ...")
+                break
+    return leaks
+
+
+def write_release(root: Path, out: Path) -> list[Path]:
+    """Write the copy into `out` (a new or empty folder). Refuses, writing nothing, when any file would give a
+    solution away."""
+    out = Path(out)
+    if not (root / "solutions").is_dir():
+        raise FileNotFoundError(f"no solutions/ in {root}: a release is made from the instructor's repository")
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty: give a new folder")
+    files = released_files(root)
+    leaks = solution_leaks(files, root)
+    if leaks:
+        raise ValueError("the release would give solutions away:\n" + "\n".join(leaks))
+    written = []
+    for rel, data in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data)
+        written.append(path)
+    return written

@@ -1,0 +1,277 @@
+"""Points: how many each puzzle of a graded submission earns, under weights an instructor can set.
+
+The default (no weights file): the N graded puzzles are worth 100/N points each, and a puzzle earns its points
+when every one of its checks passes. All-or-nothing, not an equal split over the checks, because the naive answer
+of each puzzle (the very thing the puzzle teaches against: no checkpointing, GPipe for 1F1B, a synchronous
+all-reduce for overlap, replicated Adam for ZeRO) passes most checks: the correctness ones. Measured on
+tests/naive/ with seed 3: split equally over the checks, the eight naive answers would earn 66 of 100 points; all
+or nothing, they earn 0. A learner sees every check before submitting (`python -m grader`, `pytest`), so
+all-or-nothing asks for what the learner can verify. An instructor who wants partial credit turns it on, for
+all puzzles or one, and weights the checks.
+
+The weights file, TOML (Python 3.11+) or JSON with the same structure; every key is optional:
+
+    total = 100               # the points of the whole assignment (default 100)
+    partial_credit = false    # true: a puzzle's points are split over its checks, by the checks' weights
+
+    [p8]                      # one table per puzzle id
+    weight = 2                # relative to the other graded puzzles (default 1): p8 counts double
+    partial_credit = true     # this puzzle only
+    checks = { "weights after k steps" = 3, "optimizer state" = 1 }   # relative; a check not named weighs 1
+
+A puzzle's points are total * its weight / the sum of the graded puzzles' weights, so they always add up to
+`total`. With partial credit, a passed check earns its share of its puzzle's points; a check named in the weights
+but absent from a result counts as failed. A puzzle that errors, is not attempted, or has any status other than
+pass or fail earns 0 (fail earns its passed checks' shares under partial credit, else 0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.result import FAIL, PASS, PuzzleResult, fmt
+from ..specs import SPECS
+
+DEFAULT_TOTAL = 100.0
+
+
+class WeightsError(ValueError):
+    """A weights file that cannot be used as written: the message names the key and what is expected."""
+
+
+@dataclass
+class Weights:
+    total: float = DEFAULT_TOTAL
+    partial_credit: bool = False
+    puzzle_weight: dict[str, float] = field(default_factory=dict)  # id -> relative weight (default 1)
+    puzzle_partial: dict[str, bool] = field(default_factory=dict)  # id -> partial credit for this puzzle
+    check_weight: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> {check name: weight}
+
+    def partial(self, puzzle_id: str) -> bool:
+        return self.puzzle_partial.get(puzzle_id, self.partial_credit)
+
+    def points(self, puzzle_ids: list[str]) -> dict[str, float]:
+        """Each graded puzzle's points: `total` shared by the puzzles' relative weights."""
+        weights = {p: self.puzzle_weight.get(p, 1.0) for p in puzzle_ids}
+        whole = sum(weights.values())
+        if whole <= 0:
+            raise WeightsError(f"the graded puzzles {puzzle_ids} all weigh 0: give at least one a weight above 0")
+        return {p: self.total * w / whole for p, w in weights.items()}
+
+    def describe(self, puzzle_ids: list[str]) -> dict:
+        """The weights as resolved for these puzzles (what the JSON report records)."""
+        return {"total": self.total, "puzzles": {
+            p: {"points": pts, "partial_credit": self.partial(p), "check_weights": self.check_weight.get(p, {})}
+            for p, pts in self.points(puzzle_ids).items()}}
+
+
+def _number(value, where: str, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
+        raise WeightsError(f"{where} must be a number {'above' if positive else 'at least'} 0, not {value!r}")
+    return float(value)
+
+
+def _flag(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise WeightsError(f"{where} must be true or false, not {value!r}")
+    return value
+
+
+def parse_weights(data: dict, where: str = "weights") -> Weights:
+    if not isinstance(data, dict):
+        raise WeightsError(f"{where}: expected a table of keys, not {type(data).__name__}")
+    w = Weights()
+    for key, value in data.items():
+        if key == "total":
+            w.total = _number(value, f"{where}: total", positive=True)
+        elif key == "partial_credit":
+            w.partial_credit = _flag(value, f"{where}: partial_credit")
+        elif key in SPECS:
+            _parse_puzzle(w, key, value, f"{where}: [{key}]")
+        else:
+            raise WeightsError(f"{where}: unknown key {key!r}; expected total, partial_credit or a puzzle id "
+                               f"({', '.join(SPECS)})")
+    for puzzle_id, checks in w.check_weight.items():
+        if checks and not w.partial(puzzle_id):
+            raise WeightsError(f"{where}: [{puzzle_id}] weighs its checks but partial credit is off for it, so the "
+                               f"check weights would do nothing: add partial_credit = true")
+    return w
+
+
+def _parse_puzzle(w: Weights, puzzle_id: str, table, where: str) -> None:
+    if not isinstance(table, dict):
+        raise WeightsError(f"{where}: expected a table (weight, partial_credit, checks), not {table!r}")
+    for key, value in table.items():
+        if key == "weight":
+            w.puzzle_weight[puzzle_id] = _number(value, f"{where} weight")
+        elif key == "partial_credit":
+            w.puzzle_partial[puzzle_id] = _flag(value, f"{where} partial_credit")
+        elif key == "checks":
+            if not isinstance(value, dict):
+                raise WeightsError(f"{where} checks: expected a table of check name = weight, not {value!r}")
+            w.check_weight[puzzle_id] = {str(n): _number(v, f"{where} checks.{n!r}") for n, v in value.items()}
+        else:
+            raise WeightsError(f"{where}: unknown key {key!r}; expected weight, partial_credit or checks")
+
+
+def read_weights_file(path: Path) -> dict:
+    """A weights file's contents as plain data (.json: JSON; anything else: TOML)."""
+    path = Path(path)
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        import tomllib  # Python 3.11+; on 3.10, write the same structure as JSON
+
+        return tomllib.loads(text)
+    except ModuleNotFoundError:
+        raise WeightsError(f"{path}: TOML needs Python 3.11 or newer; write the weights as JSON instead") from None
+    except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError are both ValueErrors
+        raise WeightsError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+
+
+def load_weights(path: Path | None) -> Weights:
+    """The weights in a .toml or .json file (the defaults when `path` is None)."""
+    return Weights() if path is None else parse_weights(read_weights_file(path), str(path))
+
+
+# ---- scoring a submission
+
+
+@dataclass
+class CheckScore:
+    name: str
+    passed: bool
+    points: float | None  # None: all or nothing, so a check alone earns nothing
+    max_points: float | None
+
+
+@dataclass
+class PuzzleScore:
+    id: str
+    title: str
+    status: str
+    points: float
+    max_points: float
+    reason: str  # one line: why it did not pass ("" when it passed)
+    checks: list[CheckScore]
+    result: PuzzleResult | None  # None when the whole submission failed before this puzzle was graded
+
+
+@dataclass
+class SubmissionScore:
+    name: str
+    kind: str  # "folder", "notebook", "stray", "broken"
+    error: str
+    flags: list[str]
+    seconds: float
+    puzzles: list[PuzzleScore]
+
+    @property
+    def points(self) -> float:
+        return sum(p.points for p in self.puzzles)
+
+    @property
+    def max_points(self) -> float:
+        return sum(p.max_points for p in self.puzzles)
+
+
+def points_text(value: float) -> str:
+    """12.5 -> '12.5', 12.0 -> '12', 33.3333 -> '33.33': for people (the JSON keeps full precision)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def headline(s: SubmissionScore, seed: int) -> str:
+    """The first thing a learner reads: the points, and how to grade their own files with the same inputs."""
+    return (f"{points_text(s.points)} of {points_text(s.max_points)} points. Graded with seed {seed}: "
+            f"`python -m grader check puzzles --seed {seed}` (or `pytest --seed {seed}`) grades your files with "
+            f"the same inputs.")
+
+
+_FRAME = re.compile(r'File "[^"]*", line \d+|Traceback \(most recent call last\)')
+_EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """One readable line of an error. For a traceback, even one squeezed onto a line with " | " (batch's crash
+    report), what precedes the frames and the exception's own line ("crashed (exit status 1): ValueError: ...");
+    otherwise the first non-empty line."""
+    pieces = [p.strip() for line in str(text).splitlines() for p in line.split(" | ") if p.strip()]
+    if not pieces:
+        return ""
+    line = pieces[0]
+    frame = next((_FRAME.search(p) for p in pieces if _FRAME.search(p)), None)
+    if frame is not None:
+        head = _FRAME.split(pieces[0])[0].strip()  # "crashed (exit status 1):", or "" when a frame leads
+        exceptions = [p for p in pieces if _EXCEPTION.match(p)]
+        tail = exceptions[-1] if exceptions else pieces[-1]
+        line = head if tail in head else f"{head} {tail}" if head else tail
+    line = re.sub(r"\s+", " ", line)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def reason_of(result: PuzzleResult) -> str:
+    """Why a puzzle did not pass, in one line: its first failing check, or its error."""
+    if result.status == PASS:
+        return ""
+    failed = result.failed_checks()
+    if failed:
+        return one_line(f"{failed[0].name}: {failed[0].message}")
+    return one_line(result.error) or result.status.replace("_", " ")
+
+
+def budget_line(check) -> str:
+    """A failed check's budget beside what was measured ("" when the check has no budget or passed)."""
+    if check.budget is None or check.passed:
+        return ""
+    measured = f"; measured {fmt(check.measured, check.budget.unit)}" if check.measured is not None else ""
+    return f"budget: {check.budget.describe()}{measured}"
+
+
+def score_puzzle(result: PuzzleResult, max_points: float, weights: Weights) -> PuzzleScore:
+    partial = weights.partial(result.id)
+    named = weights.check_weight.get(result.id, {})
+    present = {c.name for c in result.checks}
+    rows = [(c.name, c.passed) for c in result.checks] + [(n, False) for n in named if n not in present]
+    check_scores = []
+    if partial:
+        whole = sum(named.get(n, 1.0) for n, _ in rows)
+        for n, passed in rows:
+            share = max_points * named.get(n, 1.0) / whole if whole else 0.0
+            check_scores.append(CheckScore(n, passed, share if passed else 0.0, share))
+    else:
+        check_scores = [CheckScore(n, passed, None, None) for n, passed in rows]
+    if result.status == PASS and all(c.passed for c in check_scores):
+        points = max_points
+    elif result.status in (PASS, FAIL) and partial:
+        points = sum(c.points for c in check_scores)
+    else:  # error, not attempted, or a status this module does not know: not passing
+        points = 0.0
+    return PuzzleScore(result.id, result.title, result.status, points, max_points, reason_of(result), check_scores,
+                       result)
+
+
+def kind_of(row: dict) -> str:
+    return row.get("kind") or ("notebook" if str(row["name"]).endswith(".ipynb") else "folder")
+
+
+def score_row(row: dict, weights: Weights, puzzle_ids: list[str]) -> SubmissionScore:
+    """Score one row of `batch.run_batch`; a puzzle without a result (the submission failed as a whole, or is no
+    submission at all) scores 0 with the submission's error as its status."""
+    max_points = weights.points(puzzle_ids)
+    graded = {p.id: p for p in row.get("puzzles", [])}
+    kind = kind_of(row)
+    puzzles = []
+    for pid in puzzle_ids:
+        if pid in graded:
+            puzzles.append(score_puzzle(graded[pid], max_points[pid], weights))
+        else:
+            status = "not_graded" if kind == "stray" else "error"
+            reason = "" if row.get("error") else "no result for this puzzle"  # the row's error says why
+            puzzles.append(PuzzleScore(pid, SPECS[pid].title if pid in SPECS else pid, status, 0.0,
+                                       max_points[pid], reason, [], None))
+    return SubmissionScore(str(row["name"]), kind, str(row.get("error", "")), list(row.get("flags") or []),
+                           float(row.get("seconds", 0.0)), puzzles)

@@ -1,0 +1,257 @@
+"""Gradescope (grader/frontends/gradescope.py, gradescope_bundle.py): results.json in Gradescope's format, and a
+bundle whose run_autograder grades a submission on this machine exactly as it would in Gradescope's container."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import jsonschema
+import nbformat
+import pytest
+
+from grader.core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, Check, PuzzleResult
+from grader.frontends import build, cli, gradescope
+from grader.frontends.scoring import Weights, parse_weights, score_row
+from grader.frontends.targets import REPO
+from grader.specs import SPECS
+
+# Gradescope's "Autograder Specifications", results.json, as a JSON Schema: every field it documents, with its
+# type; nothing else allowed. Scores are required here (the spec allows them on the tests or at the top).
+VISIBILITY = ["hidden", "after_due_date", "after_published", "visible"]
+FORMATS = ["text", "html", "simple_format", "md", "ansi"]
+TEST = {"type": "object", "required": ["name", "score", "max_score", "status", "output"],
+        "additionalProperties": False, "properties": {
+            "name": {"type": "string"}, "name_format": {"enum": FORMATS}, "number": {"type": "string"},
+            "score": {"type": "number"}, "max_score": {"type": "number"}, "status": {"enum": ["passed", "failed"]},
+            "output": {"type": "string"}, "output_format": {"enum": FORMATS},
+            "tags": {"type": "array", "items": {"type": "string"}}, "visibility": {"enum": VISIBILITY},
+            "extra_data": {"type": "object"}}}
+RESULTS_SCHEMA = {"type": "object", "required": ["score", "tests"], "additionalProperties": False, "properties": {
+    "score": {"type": "number"}, "execution_time": {"type": "number"}, "output": {"type": "string"},
+    "output_format": {"enum": FORMATS}, "test_output_format": {"enum": FORMATS},
+    "test_name_format": {"enum": FORMATS}, "visibility": {"enum": VISIBILITY},
+    "stdout_visibility": {"enum": VISIBILITY}, "extra_data": {"type": "object"},
+    "tests": {"type": "array", "items": TEST}, "leaderboard": {"type": "array"}}}
+
+
+def valid(data: dict, total: float = 100) -> dict:
+    """Schema-valid, the top score is the tests' sum, no test above its maximum, the maxima sum to `total`."""
+    jsonschema.validate(data, RESULTS_SCHEMA)
+    json.dumps(data, allow_nan=False)
+    assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"]))
+    assert all(0 <= t["score"] <= t["max_score"] for t in data["tests"])
+    assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(total)
+    return data
+
+
+def test_the_schema_rejects_what_gradescope_would():
+    good = {"score": 1, "tests": [{"name": "a", "score": 1, "max_score": 1, "status": "passed", "output": ""}]}
+    jsonschema.validate(good, RESULTS_SCHEMA)
+    for bad in ({**good, "score": "1"}, {**good, "visibility": "public"}, {**good, "tests": [{"name": "a"}]},
+                {**good, "tests": [{**good["tests"][0], "status": "error"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, RESULTS_SCHEMA)
+
+
+def test_results_json_has_one_test_per_puzzle_with_what_is_wrong():
+    checks = [Check("updated weights", False, "rank 0: layers[0].w1 off", diagnosis="summed, not averaged"),
+              Check("all-reduce volume", True, "1 MiB")]
+    row = {"name": "bob", "error": "", "seconds": 3.4, "flags": ["patched the ledger"], "puzzles": [
+        PuzzleResult("p3", "data_parallel", SPECS["p3"].title, FAIL, checks),
+        PuzzleResult("p8", "zero", SPECS["p8"].title, NOT_ATTEMPTED, error="p8: write ShardedAdam.__init__"),
+        PuzzleResult("p1", "checkpointing", SPECS["p1"].title, ERROR, error="rank 0 raised KeyError: 3"),
+        PuzzleResult("p2", "activation_sharding", SPECS["p2"].title, PASS, [Check("output", True, "ok")])]}
+    weights = parse_weights({"p3": {"partial_credit": True}})
+    data = valid(gradescope.results_json(score_row(row, weights, ["p1", "p2", "p3", "p8"]), 11))
+    by = {t["name"].split()[0]: t for t in data["tests"]}
+    assert (by["p2"]["score"], by["p2"]["status"]) == (25, "passed")
+    assert (by["p3"]["score"], by["p3"]["status"]) == (12.5, "failed")
+    assert "FAIL updated weights (0/12.5): rank 0: layers[0].w1 off" in by["p3"]["output"]
+    assert "likely cause: summed, not averaged" in by["p3"]["output"]
+    assert "KeyError: 3" in by["p1"]["output"] and "write ShardedAdam" in by["p8"]["output"]
+    assert data["score"] == 37.5 and data["execution_time"] == 3
+    assert "--seed 11" in data["output"] and "patched the ledger" in data["output"]
+    assert (data["visibility"], data["stdout_visibility"]) == ("visible", "hidden")
+    with pytest.raises(ValueError, match="visibility"):
+        gradescope.results_json(score_row(row, Weights(), ["p3"]), 1, visibility="public")
+
+
+def test_a_submission_that_failed_as_a_whole_still_has_every_test():
+    row = {"name": "submission", "error": "timed out after 120 s", "puzzles": [], "seconds": 120.0}
+    data = valid(gradescope.results_json(score_row(row, Weights(), list(SPECS)), 3))
+    assert len(data["tests"]) == len(SPECS) and data["score"] == 0
+    assert "timed out after 120 s" in data["output"]
+    assert all("could not be graded as a whole" in t["output"] for t in data["tests"])
+
+
+def stubs_into(folder):
+    folder.mkdir(parents=True)
+    for path, text in build.planned_files(REPO).items():
+        (folder / path.name).write_text(text)
+
+
+def test_find_submission_takes_what_a_learner_uploads(tmp_path):
+    files = tmp_path / "files"
+    shutil.copytree(REPO / "tests" / "naive", files)
+    assert gradescope.find_submission(files) == (files, "Graded the files at the top of your submission.")
+    clone = tmp_path / "clone"  # a repository: puzzles/ stubs, an edited solutions/-like folder deeper down
+    stubs_into(clone / "puzzles")
+    shutil.copytree(REPO / "tests" / "naive", clone / "work" / "deeper")
+    assert gradescope.find_submission(clone)[0] == clone / "puzzles"
+    nbformat.write(build.build_notebook(REPO), str(clone / "puzzles.ipynb"))
+    item, note = gradescope.find_submission(clone)  # stubs untouched: the notebook is where the work is
+    assert item == clone / "puzzles.ipynb" and "puzzles/ was also in your submission and was not graded" in note
+    shutil.copy(REPO / "solutions" / "p3_data_parallel.py", clone / "puzzles")
+    assert gradescope.find_submission(clone)[0] == clone / "puzzles"  # an edited puzzle file wins
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("hi")
+    item, note = gradescope.find_submission(tmp_path / "empty")
+    assert item is None and "p3_data_parallel.py" in note and "notebook" in note
+
+
+def autograder_root(tmp_path, config=None):
+    root = tmp_path / "autograder"
+    (root / "source").mkdir(parents=True)
+    (root / "submission").mkdir()
+    (root / "source" / gradescope.CONFIG).write_text(json.dumps(config or {}))
+    return root
+
+
+def test_nothing_to_grade_still_writes_results(tmp_path, capsys):
+    root = autograder_root(tmp_path, {"puzzles": ["p3", "p8"]})
+    (root / "submission" / "README.txt").write_text("hi")
+    assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
+    data = valid(json.loads((root / "results" / "results.json").read_text()))
+    assert data["score"] == 0 and len(data["tests"]) == 2 and "No puzzle files" in data["output"]
+
+
+def test_an_autograder_failure_still_writes_results_and_logs_to_stdout(tmp_path, capsys, monkeypatch):
+    root = autograder_root(tmp_path)
+    shutil.copytree(REPO / "tests" / "naive", root / "submission", dirs_exist_ok=True)
+
+    def broken(*args):
+        raise RuntimeError("the grader broke")
+
+    monkeypatch.setattr(gradescope, "_grade", broken)
+    assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
+    data = valid(json.loads((root / "results" / "results.json").read_text()))
+    assert data["score"] == 0 and len(data["tests"]) == len(SPECS)
+    assert "the autograder failed" in data["output"] and "the grader broke" not in data["output"]
+    assert "RuntimeError: the grader broke" in capsys.readouterr().out  # the instructor's log
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gradescope")
+    weights = tmp / "weights.toml"
+    weights.write_text('[p8]\nweight = 2\n\n[p3]\npartial_credit = true\nchecks = { "updated weights" = 3 }\n')
+    assert cli.main(["gradescope", str(tmp / "bundle"), "--weights", str(weights), "-p", "p1", "-p", "p3",
+                     "-p", "p8", "--timeout", "120"]) == 0
+    return tmp / "bundle.zip"
+
+
+def test_the_bundle_has_the_scripts_at_its_root_and_no_solutions(bundle):
+    with zipfile.ZipFile(bundle) as z:
+        names = set(z.namelist())
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+        config = json.loads(z.read(gradescope.CONFIG))
+    assert {"setup.sh", "run_autograder", gradescope.CONFIG, "pyproject.toml", "README.md",
+            "grader/frontends/gradescope.py", "puzzles/sim.py", "puzzles/p3_data_parallel.py"} <= names
+    assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
+    assert not any(n.startswith(("solutions/", "tests/", "bench/")) or "__pycache__" in n for n in names)
+    stub = build.planned_files(REPO)[REPO / "puzzles" / "p3_data_parallel.py"]
+    with zipfile.ZipFile(bundle) as z:
+        assert z.read("puzzles/p3_data_parallel.py").decode() == stub
+    assert config["puzzles"] == ["p1", "p3", "p8"] and config["weights"]["p8"] == {"weight": 2}
+    assert (bundle.parent / "bundle" / "run_autograder").stat().st_mode & 0o111
+
+
+def test_the_bundle_command_refuses_bad_weights_and_existing_folders(tmp_path, capsys):
+    (tmp_path / "w.toml").write_text("[p9]\nweight = 1\n")
+    assert cli.main(["gradescope", str(tmp_path / "b"), "--weights", str(tmp_path / "w.toml")]) == 2
+    assert "unknown key 'p9'" in capsys.readouterr().err
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("")
+    assert cli.main(["gradescope", str(tmp_path / "taken")]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def run_autograder(bundle, root, python=sys.executable):
+    """Gradescope's steps: unzip into source/, copy run_autograder to the root, run it."""
+    (root / "source").mkdir(parents=True)
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source")
+    shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=python)
+    proc = subprocess.run(["bash", str(root / "run_autograder")], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((root / "results" / "results.json").read_text()), proc.stdout
+
+
+def solutions(sub):
+    shutil.copytree(REPO / "solutions", sub)
+
+
+def naive(sub):
+    shutil.copytree(REPO / "tests" / "naive", sub)
+
+
+def stub_repository(sub):  # a clone: the stubs in puzzles/ and the notebook, both as generated
+    stubs_into(sub / "puzzles")
+    nbformat.write(build.build_notebook(REPO), str(sub / "puzzles.ipynb"))
+
+
+@pytest.mark.parametrize("make, score, statuses, graded", [
+    (solutions, 100, ["passed"] * 3, "the files at the top"),
+    (stub_repository, 0, ["failed"] * 3, "puzzles.ipynb"),
+    (naive, 6.25, ["failed"] * 3, "the files at the top"),  # p3's all-reduce volume: 1 of p3's 4 check weights
+])
+def test_run_autograder_grades_a_submission_locally(bundle, tmp_path, make, score, statuses, graded):
+    root = tmp_path / "autograder"
+    make(root / "submission")
+    data, stdout = run_autograder(bundle, root)
+    valid(data)
+    assert f"grader from {root / 'source' / 'grader'}" in stdout  # the bundle's package, not this checkout's
+    assert data["score"] == pytest.approx(score)
+    assert [(t["name"].split()[0], t["max_score"]) for t in data["tests"]] == [("p1", 25), ("p3", 25), ("p8", 50)]
+    assert [t["status"] for t in data["tests"]] == statuses
+    assert f"Graded {graded}" in data["output"]
+    if make is stub_repository:
+        assert all("NOT ATTEMPTED" in t["output"] for t in data["tests"])
+
+
+def test_run_autograder_writes_results_even_when_python_cannot_start(bundle, tmp_path):
+    data, _ = run_autograder(bundle, tmp_path / "autograder", python="/bin/false")
+    jsonschema.validate(data, RESULTS_SCHEMA)
+    assert data["score"] == 0 and "failed to start" in data["output"]
+
+
+def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_path, monkeypatch):
+    root = autograder_root(tmp_path, {"puzzles": ["p3"]})
+    sub = root / "submission"
+    shutil.copy(REPO / "solutions" / "p3_data_parallel.py", sub)
+    (sub / "helpers").mkdir()
+    (sub / "helpers" / "util.py").write_text("X = 1\n")
+    (sub / ".git").mkdir()
+    (sub / ".git" / "config").write_text("")
+    (sub / "everything").symlink_to("/")  # an uploaded link to the whole disk: neither searched nor copied
+    (sub / "p8_zero.py").symlink_to(REPO / "solutions" / "p8_zero.py")  # nor a linked-in reference
+    seen = {}
+
+    def fake_run_batch(folder, seed, timeout, memory_mb, puzzle_ids, jobs, progress):
+        [item] = list(folder.iterdir())
+        seen["files"] = sorted(p.relative_to(item).as_posix() for p in item.rglob("*") if p.is_file())
+        seen["links"] = [p for p in item.rglob("*") if p.is_symlink()]
+        seen["args"] = (timeout, memory_mb, puzzle_ids, jobs)
+        return [{"name": item.name, "error": "", "puzzles": [], "seconds": 0.0}]
+
+    monkeypatch.setattr("grader.frontends.batch.run_batch", fake_run_batch)
+    assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
+    assert seen["files"] == ["helpers/util.py", "p3_data_parallel.py"] and seen["links"] == []
+    assert seen["args"] == (120.0, 4096, ["p3"], 1)
+    valid(json.loads((root / "results" / "results.json").read_text()))

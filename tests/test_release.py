@@ -1,0 +1,152 @@
+"""`python -m grader release OUT` (grader/frontends/release.py): the copy a class receives has the stubs, the
+notebook, the self-grading tests, the package and a learner's README; nothing of solutions/; and its own
+`python -m grader` and `pytest` work in it, with no solutions/ anywhere."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.frontends import build, cli, release
+from grader.frontends.targets import REPO
+
+SOLVED = "p3_data_parallel.py"
+
+
+@pytest.fixture(scope="module")
+def instructor(tmp_path_factory):
+    """An instructor's repository whose puzzles/ holds a solved p3 (it must not ship)."""
+    root = tmp_path_factory.mktemp("instructor")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("grader", "puzzles", "solutions", "tests/naive", "bench"):
+        shutil.copytree(REPO / folder, root / folder, ignore=ignore)
+    for name in ("README.md", "pyproject.toml", "tests/conftest.py", "tests/test_puzzles.py", "tests/test_cli.py"):
+        shutil.copy(REPO / name, root / name)
+    shutil.copy(REPO / "solutions" / SOLVED, root / "puzzles" / SOLVED)
+    return root
+
+
+@pytest.fixture(scope="module")
+def copy(instructor, tmp_path_factory):
+    out = tmp_path_factory.mktemp("release") / "class"
+    release.write_release(instructor, out)
+    return out
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_copy_holds_what_a_learner_needs_and_nothing_else(instructor, copy):
+    files = files_of(copy)
+    top = {name.split("/")[0] for name in files}
+    assert top == {"README.md", "grader", "puzzles", "puzzles.ipynb", "pyproject.toml", "tests"}
+    assert sorted(n for n in files if n.startswith("tests/")) == ["tests/conftest.py", "tests/test_puzzles.py"]
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in files)
+    for path, text in build.planned_files(instructor).items():  # generated, not the instructor's solved p3
+        assert files[f"puzzles/{path.name}"].decode() == text
+    assert files["puzzles.ipynb"].decode() == build.notebook_text(instructor)
+    assert files["puzzles/sim.py"] == (REPO / "puzzles" / "sim.py").read_bytes()
+    assert files["grader/frontends/cli.py"] == (REPO / "grader" / "frontends" / "cli.py").read_bytes()
+
+
+def sources(name: str, data: bytes) -> list[str]:
+    if name.endswith(".ipynb"):
+        return [c.source for c in nbformat.reads(data.decode(), as_version=4).cells]
+    return [data.decode(errors="replace")]
+
+
+def squeeze(text: str) -> str:
+    """Code without indentation, blank lines or comments: a region pasted at any depth still matches."""
+    lines = (line.strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("#"))
+
+
+def test_nothing_of_solutions_is_in_the_copy(instructor, copy):
+    files = files_of(copy)
+    solution_bytes = {p.read_bytes() for p in (instructor / "solutions").glob("*.py")}
+    assert not solution_bytes & set(files.values())
+    texts = {name: squeeze("\n".join(sources(name, data))) for name, data in files.items()}
+    markers = [n for n, data in files.items() for s in sources(n, data)
+               if re.search(r"^\s*# (BEGIN|END) SOLUTION\s*$", s, re.M)]
+    assert not markers
+    for name, regions in release.solution_regions(instructor).items():
+        for region in regions:
+            if len(region) >= release.WINDOW:
+                code = "\n".join(region)
+                assert not [n for n, text in texts.items() if code in text], f"{name}'s reference is in the copy"
+    assert release.solution_leaks(files, instructor) == []
+
+
+def test_the_leak_finder_finds_a_pasted_solution(instructor):
+    p8 = (instructor / "solutions" / "p8_zero.py").read_text()
+    body = "\n".join("        " + line for line in p8.split("# BEGIN SOLUTION", 1)[1].splitlines()[1:8])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1\n    # BEGIN SOLUTION\n")])
+    shared = "for i, (w1, w2) in enumerate(layers):\n    if i % k == 0:\n"
+    leaks = release.solution_leaks({"a.py": (instructor / "solutions" / SOLVED).read_bytes(),
+                                    "grader/helper.py": f"def f():\n{body}\n", "n.ipynb": nbformat.writes(nb),
+                                    "fine.py": shared}, instructor)
+    assert any(leak.startswith("a.py is a file of solutions/") for leak in leaks)
+    assert any(leak.startswith("grader/helper.py has the code of solutions/p8_zero.py") for leak in leaks)
+    assert any(leak.startswith("n.ipynb has a '# BEGIN SOLUTION' line") for leak in leaks)
+    assert not any(leak.startswith("fine.py") for leak in leaks)  # two lines the spec shares with p1: ordinary
+
+
+def test_a_release_that_would_leak_is_refused_and_writes_nothing(instructor, tmp_path):
+    leaky = tmp_path / "leaky"
+    shutil.copytree(instructor, leaky)
+    shutil.copy(leaky / "solutions" / "p7_overlap.py", leaky / "grader" / "reference_p7.py")
+    with pytest.raises(ValueError, match="grader/reference_p7.py is a file of solutions/"):
+        release.write_release(leaky, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_learner_readme_has_the_learner_sections_only():
+    readme, unknown = release.learner_readme((REPO / "README.md").read_text())
+    headings = re.findall(r"(?m)^## (.+)$", readme)
+    assert headings == [h for h in re.findall(r"(?m)^## (.+)$", (REPO / "README.md").read_text())
+                        if h in release.LEARNER_SECTIONS]
+    assert unknown == [], (f"README sections neither release.LEARNER_SECTIONS nor INSTRUCTOR_SECTIONS name (they "
+                           f"are left out of the learner's README): {unknown}")
+    assert "For instructors" not in readme and "solutions/" not in readme and "BEGIN SOLUTION" not in readme
+    assert "check solutions" not in readme and release.COPY_NOTE in readme
+    assert "## Quickstart" in readme and "`dist` offers" in readme
+
+
+def run_in(folder: Path, *args):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = str(folder)
+    return subprocess.run([sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_copy_grades_itself(copy, tmp_path):
+    own = tmp_path / "class"
+    shutil.copytree(copy, own)
+    where = run_in(own, "-c", "import grader, puzzles; print(grader.__file__); print(puzzles.__file__)")
+    assert where.stdout.split() == [str(own / "grader" / "__init__.py"), str(own / "puzzles" / "__init__.py")]
+    scoreboard = run_in(own, "-m", "grader")
+    assert scoreboard.returncode == 0, scoreboard.stderr
+    assert "0 passed, 0 failed, 0 errors, 8 not attempted" in scoreboard.stdout
+    tests = run_in(own, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+    assert tests.returncode == 0 and "8 skipped" in tests.stdout, tests.stdout + tests.stderr
+    shutil.copy(REPO / "solutions" / SOLVED, own / "puzzles" / SOLVED)
+    tests = run_in(own, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+    assert tests.returncode == 0 and "1 passed, 7 skipped" in tests.stdout, tests.stdout + tests.stderr
+
+
+def test_the_command_writes_a_copy_once(tmp_path, capsys):
+    assert cli.main(["release", str(tmp_path / "class")]) == 0
+    assert "files to" in capsys.readouterr().err
+    assert (tmp_path / "class" / "puzzles.ipynb").exists() and not (tmp_path / "class" / "solutions").exists()
+    assert cli.main(["release", str(tmp_path / "class")]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_a_release_needs_the_instructors_repository(copy, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no solutions/"):
+        release.write_release(copy, tmp_path / "again")
