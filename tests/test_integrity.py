@@ -318,3 +318,28 @@ def test_the_mutants_grader_mutate_found_now_fail(tmp_path):
     source = solved("p6").replace("        if ops:\n", "        if True:\n")
     result, message = grade(tmp_path, "p6", source)
     assert result.status == ERROR and "batch_isend_irecv with an empty list" in result.error, message
+
+
+def test_a_rank_that_returns_an_object_is_an_error_and_runs_no_code_in_the_grader(tmp_path):
+    """The real backend's parent loads each rank's report with weights_only=True only: a rank's result is the
+    learner's data, and a full unpickle would run whatever code it names in the grader's own process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    from grader.backends import real
+
+    marker = tmp_path / "ran-in-the-grader"
+    write(tmp_path, "p3", P3_IMPORTS + f'''
+
+class Trap:
+    def __reduce__(self):
+        return (__import__("pathlib").Path.touch, (__import__("pathlib").Path({str(marker)!r}),))
+
+
+def data_parallel_step(dist, x_shard, target_shard, layers, lr):
+    layers.append(Trap())
+''')
+    [result] = real.grade_folder(tmp_path, [SPECS["p3"]], seed=3, timeout=60)
+    assert result.status == ERROR and "will not load" in result.error, report.pytest_message(result, 3)
+    assert not marker.exists()

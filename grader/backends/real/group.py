@@ -155,7 +155,7 @@ class _Group:
             for r in range(self.world_size):
                 path = self.work / f"t{k}.r{r}.pt"
                 if payloads[r] is None and path.exists():
-                    payloads[r] = _load(path)
+                    payloads[r] = _load(path, r)
                     if "error" in payloads[r] and first_error_at is None:
                         first_error_at = time.monotonic()
             missing = [r for r in range(self.world_size) if payloads[r] is None]
@@ -247,11 +247,15 @@ class _GroupFailed(Exception):
 
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path, rank: int) -> dict:
+    """A rank's report. Only tensors and plain data are loaded (weights_only=True): the file is written by the
+    rank's process, which ran the learner's code, and a full unpickle would run whatever code it names here."""
     try:
         return torch.load(path, weights_only=True)
-    except Exception:  # a rank returned something that is not plain data; the file is our own child's
-        return torch.load(path, weights_only=False)
+    except Exception as exc:
+        return {"rank": rank, "error_type": "UnloadableResult",
+                "error": (f"UnloadableResult: the rank returned data the grader will not load ({type(exc).__name__}): "
+                          f"return tensors and plain Python values (numbers, strings, lists, tuples, dicts) only")}
 
 
 def run_tasks(tasks, world_size: int, *, backend: str = "gloo", timeout: float = DEFAULT_TIMEOUT,
