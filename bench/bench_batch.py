@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import nbformat
 
-from grader.frontends.notebook_file import build_notebook
+from grader.frontends.notebooks.file import build_notebook
 from grader.specs import SPECS
 
 

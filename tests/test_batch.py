@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from grader.backends.simulator import observe_file
-from grader.frontends import batch, class_report
-from grader.frontends.batch_verdict import printable, verdict
-from grader.frontends.notebook_file import build_notebook
-from grader.frontends.runner import record_bytes
+from grader.frontends import batch
+from grader.frontends.reports import class_report
+from grader.frontends.batch.verdict import printable, verdict
+from grader.frontends.notebooks.file import build_notebook
+from grader.frontends.batch.runner import record_bytes
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 from grader.core.result import NOT_ATTEMPTED
-from grader.frontends import build, cli, standalone, stubs
+from grader.frontends import build, cli, stubs
+from grader.frontends.notebooks import standalone
 from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
 
@@ -206,7 +207,7 @@ def test_build_outside_a_checkout_says_so(monkeypatch, capsys):
 
 
 def test_the_readme_badge_opens_the_notebook_the_install_cell_installs():
-    from grader.frontends.notebook_file import REPO_URL, colab_url
+    from grader.frontends.notebooks.file import REPO_URL, colab_url
 
     readme = (ROOT / "README.md").read_text()
     assert f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url()})" in readme

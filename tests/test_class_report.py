@@ -1,4 +1,4 @@
-"""The reports of `python -m grader batch` (grader/frontends/class_report.py): the CSV an instructor opens in a
+"""The reports of `python -m grader batch` (grader/frontends/reports/class_report.py): the CSV an instructor opens in a
 spreadsheet, the JSON with everything, a feedback file per learner with the plots, Gradescope's format; a stray
 file or a broken notebook is a clear row, never a silent skip or a raw traceback."""
 
@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 from grader.core.result import ERROR, FAIL, PASS, Budget, Check, PuzzleResult
-from grader.frontends import class_report, cli
-from grader.frontends.scoring import Weights, parse_weights, score_row
+from grader.frontends import cli
+from grader.frontends.reports import class_report
+from grader.frontends.reports.scoring import Weights, parse_weights, score_row
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 

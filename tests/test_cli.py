@@ -201,7 +201,7 @@ def test_one_puzzle_file_can_be_graded(stubs_folder, capsys):
 def test_a_notebook_with_a_missing_puzzle_says_so_on_stderr(tmp_path, capsys):
     import nbformat
 
-    from grader.frontends.notebook_file import build_notebook
+    from grader.frontends.notebooks.file import build_notebook
 
     nb = build_notebook(ROOT)
     nb.cells = [c for c in nb.cells if c.get("id") != "p2"]

@@ -1,4 +1,4 @@
-"""Gradescope (grader/frontends/gradescope.py, gradescope_bundle.py): results.json in Gradescope's format, and a
+"""Gradescope (grader/frontends/reports/gradescope.py, gradescope_bundle.py): results.json in Gradescope's format, and a
 bundle whose run_autograder grades a submission on this machine exactly as it would in Gradescope's container."""
 
 import json
@@ -13,8 +13,9 @@ import nbformat
 import pytest
 
 from grader.core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, Check, PuzzleResult
-from grader.frontends import build, cli, gradescope
-from grader.frontends.scoring import Weights, parse_weights, score_row
+from grader.frontends import build, cli
+from grader.frontends.reports import gradescope
+from grader.frontends.reports.scoring import Weights, parse_weights, score_row
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
@@ -159,7 +160,7 @@ def test_the_bundle_has_the_scripts_at_its_root_and_no_solutions(bundle):
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
         config = json.loads(z.read(gradescope.CONFIG))
     assert {"setup.sh", "run_autograder", gradescope.CONFIG, "pyproject.toml", "README.md",
-            "grader/frontends/gradescope.py", "puzzles/sim.py", "puzzles/p3_data_parallel.py"} <= names
+            "grader/frontends/reports/gradescope.py", "puzzles/sim.py", "puzzles/p3_data_parallel.py"} <= names
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
     assert not any(n.startswith(("solutions/", "tests/", "bench/")) or "__pycache__" in n for n in names)
     stub = build.planned_files(REPO)[REPO / "puzzles" / "p3_data_parallel.py"]

@@ -162,7 +162,9 @@ def test_layers_import_one_way():
 
 
 @pytest.mark.parametrize("folder", ["puzzles", "puzzles/simulator", "grader", "grader/core", "grader/specs",
-                                    "grader/backends", "grader/frontends"])
+                                    "grader/backends", "grader/backends/real", "grader/frontends",
+                                    "grader/frontends/batch", "grader/frontends/reports", "grader/frontends/notebooks",
+                                    "grader/frontends/mutate", "grader/frontends/plots"])
 def test_each_folder_opens_with_a_map(folder):
     init = ROOT / folder / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text())) if init.exists() else None

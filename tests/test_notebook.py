@@ -8,8 +8,8 @@ import pytest
 from notebook_helpers import check_outputs, errors_of, execute, outputs_of
 
 from grader.core.result import ERROR, NOT_ATTEMPTED, PASS
-from grader.frontends.notebook_cells import drop_magics, tagged_sources
-from grader.frontends.notebook_file import build_notebook, new_cell
+from grader.frontends.notebooks.cells import drop_magics, tagged_sources
+from grader.frontends.notebooks.file import build_notebook, new_cell
 from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
 

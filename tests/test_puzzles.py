@@ -10,7 +10,7 @@ import pytest
 
 from grader.core import report
 from grader.core.result import NOT_ATTEMPTED, PASS
-from grader.frontends.notebook_cells import NotebookError
+from grader.frontends.notebooks.cells import NotebookError
 from grader.frontends.targets import grade_target
 from grader.specs import SPECS
 

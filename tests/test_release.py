@@ -25,7 +25,8 @@ def instructor(tmp_path_factory):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("grader", "puzzles", "solutions", "tests/naive", "bench"):
         shutil.copytree(REPO / folder, root / folder, ignore=ignore)
-    for name in ("README.md", "pyproject.toml", "tests/conftest.py", "tests/test_puzzles.py", "tests/test_cli.py"):
+    for name in ("README.md", "pyproject.toml", "conftest.py", "tests/conftest.py", "tests/test_puzzles.py",
+                 "tests/test_cli.py"):
         shutil.copy(REPO / name, root / name)
     shutil.copy(REPO / "solutions" / SOLVED, root / "puzzles" / SOLVED)
     return root
@@ -45,12 +46,15 @@ def files_of(folder: Path) -> dict[str, bytes]:
 def test_the_copy_holds_what_a_learner_needs_and_nothing_else(instructor, copy):
     files = files_of(copy)
     top = {name.split("/")[0] for name in files}
-    assert top == {"README.md", "grader", "puzzles", "puzzles.ipynb", "pyproject.toml", "tests"}
+    assert top == {"README.md", "grader", "puzzles", "puzzles.ipynb", "puzzles-standalone.ipynb", "pyproject.toml",
+                   "conftest.py", "tests"}
     assert sorted(n for n in files if n.startswith("tests/")) == ["tests/conftest.py", "tests/test_puzzles.py"]
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in files)
     for path, text in build.planned_files(instructor).items():  # generated, not the instructor's solved p3
         assert files[f"puzzles/{path.name}"].decode() == text
-    assert files["puzzles.ipynb"].decode() == build.notebook_text(instructor)
+    assert files["puzzles.ipynb"].decode() == build.notebook_text(build.fresh_notebook(instructor))
+    standalone = build.notebook_text(build.fresh_notebook(instructor, standalone=True))
+    assert files["puzzles-standalone.ipynb"].decode() == standalone
     assert files["puzzles/sim.py"] == (REPO / "puzzles" / "sim.py").read_bytes()
     assert files["grader/frontends/cli.py"] == (REPO / "grader" / "frontends" / "cli.py").read_bytes()
 

@@ -1,4 +1,4 @@
-"""Points (grader/frontends/scoring.py): defaults that sum to 100, all or nothing unless partial credit is asked
+"""Points (grader/frontends/reports/scoring.py): defaults that sum to 100, all or nothing unless partial credit is asked
 for, weights files that say what is wrong with them, and no points for anything that did not pass."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from grader.core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, Check, PuzzleResult
-from grader.frontends.scoring import (
+from grader.frontends.reports.scoring import (
     Weights,
     WeightsError,
     load_weights,

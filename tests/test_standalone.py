@@ -13,7 +13,7 @@ import pytest
 from isolated import fresh_venv, kernel_spec, run
 from notebook_helpers import check_outputs, errors_of, execute
 
-from grader.frontends.notebook_file import STANDALONE_NOTEBOOK, build_notebook
+from grader.frontends.notebooks.file import STANDALONE_NOTEBOOK, build_notebook
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 

@@ -1,7 +1,7 @@
 """From an Observation to a PuzzleResult: run the spec's checks against the serial reference.
 
 Every backend ends here: the simulator (backends/simulator.py), real processes (backends/real/) and a batch
-child's saved observations (frontends/batch.py) all hand this module plain data, and it decides the verdict.
+child's saved observations (frontends/batch/) all hand this module plain data, and it decides the verdict.
 """
 
 from __future__ import annotations

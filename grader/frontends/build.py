@@ -20,8 +20,8 @@ from pathlib import Path
 
 import nbformat
 
-from .notebook_file import NOTEBOOK, STANDALONE_NOTEBOOK, build_notebook
-from .standalone import recorded_digest
+from .notebooks.file import NOTEBOOK, STANDALONE_NOTEBOOK, build_notebook
+from .notebooks.standalone import recorded_digest
 from .stubs import digest, learner_edited, stub
 
 ROLES = {"intro": "the introduction", "install": "the install cell", "setup": "the setup cell",
@@ -116,6 +116,11 @@ def notebook_text(nb) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+def fresh_notebook(root: Path, standalone: bool = False):
+    """The notebook as `build` makes it from solutions/, with its cells' digests recorded."""
+    return _with_record(build_notebook(root, standalone=standalone))
+
+
 def plan(root: Path, force: bool = False) -> Plan:
     out = Plan()
     for path, text in planned_files(root).items():
@@ -128,7 +133,7 @@ def plan(root: Path, force: bool = False) -> Plan:
         out.write[path] = text
     for name, standalone in ((NOTEBOOK, False), (STANDALONE_NOTEBOOK, True)):
         path = root / name
-        fresh = _with_record(build_notebook(root, standalone=standalone))
+        fresh = fresh_notebook(root, standalone)
         if not path.exists() or force:
             out.write[path] = notebook_text(fresh)
             continue

@@ -9,7 +9,7 @@ import sys
 from ..core import report
 from ..core.grading import fresh_seed
 from ..core.result import NOT_ATTEMPTED, PASS
-from .notebook_cells import NotebookError
+from .notebooks.cells import NotebookError
 from .targets import REPO, grade_target, in_checkout, normalize_puzzle_id
 
 
@@ -75,7 +75,7 @@ def cmd_build(args) -> int:
 def cmd_batch(args) -> int:
     from pathlib import Path
 
-    from . import batch
+    from .batch import parent as batch
 
     seed = args.seed if args.seed is not None else fresh_seed()
     folder = Path(args.submissions)
@@ -98,7 +98,7 @@ def cmd_batch(args) -> int:
 
 def batch_weights(args):
     """The --weights file, read before grading so that a mistake in it costs no grading time (None: refused)."""
-    from .scoring import WeightsError, load_weights
+    from .reports.scoring import WeightsError, load_weights
 
     try:
         return load_weights(args.weights)
@@ -109,7 +109,7 @@ def batch_weights(args):
 
 def write_batch_reports(args, folder, rows, seed, weights) -> int:
     """batch's reports (class_report.py): CSV, JSON, per-student feedback, Gradescope's results.json."""
-    from . import class_report
+    from .reports import class_report
 
     rows = class_report.stray_rows(folder, rows)
     class_report.write_reports(rows, seed, args.puzzle, weights, csv_path=args.out, json_path=args.json,
@@ -121,7 +121,7 @@ def write_batch_reports(args, folder, rows, seed, weights) -> int:
 
 
 def cmd_gradescope(args) -> int:
-    from .gradescope_bundle import write_bundle
+    from .reports.gradescope_bundle import write_bundle
 
     try:
         out, archive = write_bundle(REPO, args.out, args.weights, args.timeout, args.memory_mb, args.puzzle,
@@ -152,7 +152,7 @@ def cmd_release(args) -> int:
 
 
 def cmd_zygote(args) -> int:
-    from . import zygote
+    from .batch import zygote
 
     zygote.serve(args.fd, args.sandbox, args.slot)
     return 0
@@ -272,7 +272,7 @@ def add_report_options(bt) -> None:
 
 
 def add_gradescope_parser(sub) -> None:
-    from .gradescope import VISIBILITY
+    from .reports.gradescope import VISIBILITY
 
     g = sub.add_parser("gradescope", help="write a Gradescope autograder bundle: OUT/ and OUT.zip (setup.sh, "
                                           "run_autograder, the package without solutions)")

@@ -118,7 +118,7 @@ def grade(args, rank: int, world: int, backend: str, device, fresh_group) -> int
     with tempfile.TemporaryDirectory(prefix="grader-launch-") as tmp:
         folder = target
         if target.suffix == ".ipynb":
-            from .notebook_file import extract_to_folder
+            from .notebooks.file import extract_to_folder
 
             folder = extract_to_folder(target, Path(tmp))
         results, figures = [], []

@@ -19,7 +19,7 @@ from ..core.grading import fresh_seed
 from ..core.result import NOT_ATTEMPTED, PuzzleResult
 from ..specs import SPECS
 from . import guards
-from .notebook_cells import rewrite_result
+from .notebooks.cells import rewrite_result
 
 
 def check(puzzle_id: str, namespace: dict, seed: int | None = None, plots: bool = True) -> None:

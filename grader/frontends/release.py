@@ -34,7 +34,7 @@ COPY_NOTE = ("This is your copy of the puzzles: `puzzles/` holds the files you f
              "puzzles as a notebook, and `pytest` or `python -m grader` grades them (a puzzle you have not started "
              "is skipped as \"not attempted\").")
 
-SELF_GRADING_TESTS = ("tests/conftest.py", "tests/test_puzzles.py")
+SELF_GRADING_TESTS = ("conftest.py", "tests/conftest.py", "tests/test_puzzles.py")  # plain `pytest` (pyproject)
 _PUZZLE_FILE = re.compile(r"^p\d+_\w+\.py$")
 
 
@@ -43,7 +43,8 @@ def released_files(root: Path) -> dict[str, str | bytes]:
     another file (the standalone notebook, a learner-only pytest setup), add it here: tests/test_release.py
     checks the whole copy for solutions and runs its own `pytest` and `python -m grader`."""
     files = package_files(root)
-    files[build.NOTEBOOK] = build.notebook_text(root)
+    files[build.NOTEBOOK] = build.notebook_text(build.fresh_notebook(root))
+    files[build.STANDALONE_NOTEBOOK] = build.notebook_text(build.fresh_notebook(root, standalone=True))
     for rel in SELF_GRADING_TESTS:
         files[rel] = (root / rel).read_bytes()
     return files

@@ -74,7 +74,7 @@ def grade_target(target, puzzle_ids=None, seed: int = 0, backend: str = "sim", n
         raise KeyError(f"unknown backend {backend!r}: 'sim' or 'torch'")
     path = resolve_target(target)
     if path.suffix == ".ipynb":
-        from .notebook_cells import notebook_target
+        from .notebooks.cells import notebook_target
 
         target = notebook_target(path)
         with target as folder:

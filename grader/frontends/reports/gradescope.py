@@ -25,12 +25,12 @@ import time
 import traceback
 from pathlib import Path
 
-from ..core.grading import fresh_seed
-from ..core.result import PASS
-from ..specs import SPECS
+from ...core.grading import fresh_seed
+from ...core.result import PASS
+from ...specs import SPECS
 from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, one_line, parse_weights, points_text,
                       score_row)
-from .stubs import learner_edited
+from ..stubs import learner_edited
 
 VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
 CONFIG = "autograder.json"  # the bundle's settings, written by gradescope_bundle.py
@@ -168,7 +168,7 @@ def autograde(environ=os.environ) -> int:
 def _grade(item: Path, seed: int, config: dict, ids: list[str]) -> dict:
     """Grade one item through batch: a private copy (regular files only, 5 folders deep at most) in a folder of
     its own, graded in a child process."""
-    from .batch import run_batch
+    from ..batch.parent import run_batch
 
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         stage = Path(tmp) / "submissions"

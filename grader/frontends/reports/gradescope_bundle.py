@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 from .gradescope import CONFIG, VISIBILITY
-from .release import package_files
+from ..release import package_files
 from .scoring import parse_weights, read_weights_file
 
 SETUP = """#!/usr/bin/env bash
@@ -61,7 +61,7 @@ RESULTS="$AUTOGRADER_ROOT/results/results.json"
 mkdir -p "$AUTOGRADER_ROOT/results"
 cd "$AUTOGRADER_ROOT"
 # The bundle's own package comes first on the path, whatever else is installed.
-PYTHONPATH="$SOURCE" "$PYTHON" -c 'import sys; from grader.frontends.gradescope import autograde; sys.exit(autograde())'
+PYTHONPATH="$SOURCE" "$PYTHON" -c 'import sys; from grader.frontends.reports.gradescope import autograde; sys.exit(autograde())'
 if [ ! -s "$RESULTS" ]; then  # Python itself failed to start: still give Gradescope a result
     echo '{"score": 0, "output": "The autograder failed to start; your instructor has its log.", "tests": []}' \
         > "$RESULTS"

@@ -13,14 +13,14 @@ import dataclasses
 import signal
 import threading
 
-from ..core.grading import grade_observation
-from ..core.result import ERROR, GRADER_ERROR, NOT_ATTEMPTED, PARTIAL, TAMPERED, PuzzleResult
+from ...core.grading import grade_observation
+from ...core.result import ERROR, GRADER_ERROR, NOT_ATTEMPTED, PARTIAL, TAMPERED, PuzzleResult
 
 # What a puzzle's process may report instead of an observation (what backends.simulator.observe_file returns when
 # there is nothing to grade: not attempted, partly written, an error, tampering its own detector found, a grader
 # failure). PASS and FAIL only the parent decides.
 CHILD_STATUSES = (NOT_ATTEMPTED, PARTIAL, ERROR, TAMPERED, GRADER_ERROR)
-from ..core.spec import Observation
+from ...core.spec import Observation
 from . import record as record_format
 from .sandbox import FILE_MB
 

@@ -24,10 +24,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from ..core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
-from ..specs import select
+from ...core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
+from ...specs import select
 from . import reaper, sandbox, wire
-from .batch_verdict import printable, verdict
+from .verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
 MAX_FILE_MB, MAX_FILES = 16, 200  # what a submission may bring
@@ -64,7 +64,7 @@ def private_copy(item: Path, kind: str, into: Path) -> list[str]:
     if kind == "notebook":
         if item.stat().st_size > MAX_FILE_MB << 20:
             raise Broken(f"the notebook is larger than {MAX_FILE_MB} MiB")
-        from .notebook_file import notebook_target
+        from ..notebooks.file import notebook_target
 
         try:
             with notebook_target(item) as folder:

@@ -22,8 +22,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..core.result import PASS
-from ..specs import SPECS
+from ...core.result import PASS
+from ...specs import SPECS
 from .scoring import SubmissionScore, Weights, budget_line, headline, one_line, points_text, score_row
 
 STATUS_WORD = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "not_attempted": "not attempted",
@@ -168,7 +168,7 @@ def puzzle_lines(p) -> list[str]:
 
 def write_feedback(scores: list[SubmissionScore], directory: Path, seed: int, plots: bool = True) -> list[Path]:
     """DIR/<submission>/feedback.md, with each graded puzzle's memory and schedule plots beside it."""
-    from . import plots as plotting  # matplotlib: only when feedback is asked for
+    from .. import plots as plotting  # matplotlib: only when feedback is asked for
 
     written = []
     for s, folder_name in zip(scores, unique_folders(scores)):

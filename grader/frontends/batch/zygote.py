@@ -41,7 +41,7 @@ def serve(fd: int, requested: str, slot: int) -> None:
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    from ..specs import SPECS  # noqa: F401  (every spec, imported once for every child)
+    from ...specs import SPECS  # noqa: F401  (every spec, imported once for every child)
     from .runner import warm_up
 
     warm_up()
@@ -64,7 +64,7 @@ def _on_term(signum, frame) -> None:
 
 
 def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
-    from ..backends.tamper import Fingerprint
+    from ...backends.tamper import Fingerprint
 
     try:
         policy = probe(requested, mountpoint)

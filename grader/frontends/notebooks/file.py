@@ -20,10 +20,10 @@ from pathlib import Path
 
 import nbformat
 
-from ..specs import SPECS
-from .notebook_cells import CHECK_MARK, INSTALL_MARK, TOUR_MARK, extract_to_folder, notebook_target, tagged_sources
-from .story_markdown import story_markdown
-from .stubs import stub_body
+from ...specs import SPECS
+from .cells import CHECK_MARK, INSTALL_MARK, TOUR_MARK, extract_to_folder, notebook_target, tagged_sources
+from .story import story_markdown
+from ..stubs import stub_body
 
 # Reading a notebook back is notebook_cells.py's; batch and the tests take these names from here.
 __all__ = [

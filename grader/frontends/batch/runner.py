@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import record as record_format
-from ..backends.tamper import Fingerprint
+from ...backends.tamper import Fingerprint
 from . import sandbox
 
 
@@ -31,8 +31,8 @@ def warm_up() -> None:
 
     from puzzles import sim
 
-    from ..backends.simulator import observe_file
-    from ..specs import SPECS
+    from ...backends.simulator import observe_file
+    from ...specs import SPECS
 
     def step(dist):
         w = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
@@ -107,10 +107,10 @@ def _plumb(record_w: int, output_w: int) -> int:
 
 def observe(puzzle_id: str, folder: Path, seed: int) -> dict:
     """{"status": "observed", "observation": ...} or {"status": "not_attempted" | "error", "error": why}."""
-    from ..backends.learner_code import describe_exception
-    from ..backends.simulator import observe_file
-    from ..core.result import ERROR, PuzzleResult
-    from ..specs import SPECS
+    from ...backends.learner_code import describe_exception
+    from ...backends.simulator import observe_file
+    from ...core.result import ERROR, PuzzleResult
+    from ...specs import SPECS
 
     spec = SPECS[puzzle_id]
     path = folder / spec.filename

@@ -22,7 +22,7 @@ import nbformat
 
 from puzzles import sim
 
-from .notebook_cells import SETUP_MARK
+from .cells import SETUP_MARK
 
 GRADER_DIR = Path(__file__).resolve().parent.parent
 PUZZLES_DIR = Path(sim.__file__).resolve().parent

@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.result import FAIL, PASS, PuzzleResult, fmt
-from ..specs import SPECS
+from ...core.result import FAIL, PASS, PuzzleResult, fmt
+from ...specs import SPECS
 
 DEFAULT_TOTAL = 100.0
 

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..specs import SPECS
+from ...specs import SPECS
 
 # How the generated cells that are not the learner's are known: by id, or by text when the ids are gone.
 NOT_LEARNER_IDS = ("install", "setup", "tour-code")
