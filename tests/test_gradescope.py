@@ -210,7 +210,7 @@ def stub_repository(sub):  # a clone: the stubs in puzzles/ and the notebook, bo
 @pytest.mark.parametrize("make, score, statuses, graded", [
     (solutions, 100, ["passed"] * 3, "the files at the top"),
     (stub_repository, 0, ["failed"] * 3, "puzzles.ipynb"),
-    (naive, 6.25, ["failed"] * 3, "the files at the top"),  # p3's all-reduce volume: 1 of p3's 4 check weights
+    (naive, 10.0, ["failed"] * 3, "the files at the top"),  # p3's compute and communication: 2 of its 3+1+1 weights
 ])
 def test_run_autograder_grades_a_submission_locally(bundle, tmp_path, make, score, statuses, graded):
     root = tmp_path / "autograder"
@@ -251,7 +251,7 @@ def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_p
         seen["args"] = (timeout, memory_mb, puzzle_ids, jobs)
         return [{"name": item.name, "error": "", "puzzles": [], "seconds": 0.0}]
 
-    monkeypatch.setattr("grader.frontends.batch.run_batch", fake_run_batch)
+    monkeypatch.setattr("grader.frontends.batch.parent.run_batch", fake_run_batch)
     assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
     assert seen["files"] == ["helpers/util.py", "p3_data_parallel.py"] and seen["links"] == []
     assert seen["args"] == (120.0, 4096, ["p3"], 1)

@@ -141,7 +141,9 @@ def test_a_survivor_is_reported_with_its_diff_and_the_exit_status_is_1(instructo
     [survivor] = [o for o in run.outcomes if o.status == SURVIVED]
     assert survivor.mutant.mutant.startswith("loss = loss_fn(target_shard, forward(x_shard, layers))")
     text = report.console([run], "my_solutions", 3)
-    assert "SURVIVED: p3 swap-args, line 38" in text and "survived: wrong answers the grader passes" in text
+    line = next(i for i, t in enumerate((instructors_p3 / P3.filename).read_text().splitlines(), 1)
+                if "# the mean over my rows" in t)
+    assert f"SURVIVED: p3 swap-args, line {line}" in text and "survived: wrong answers the grader passes" in text
     assert "-    loss = loss_fn(forward(x_shard, layers), target_shard)  # the mean over my rows" in text
     assert "+    loss = loss_fn(target_shard, forward(x_shard, layers))  # the mean over my rows" in text
     assert report.exit_status([run]) == 1

@@ -66,21 +66,25 @@ def test_the_remedy_in_the_message_works():
         assert x[:, 0].tolist() == [10.0, 14.0, 18.0] and x[:, 1].tolist() != [12.0, 16.0, 20.0]
 
 
-def test_strided_tensors_are_fine_where_gloo_copies_them():
+@pytest.mark.parametrize("call", ["all_gather_into_tensor", "reduce_scatter_tensor", "all_gather"])
+def test_strided_tensors_are_refused_in_the_gathers_too_as_nccl_refuses_them(call):
+    """gloo copies a strided tensor element by element in these (the corpus' layouts cases show the values right),
+    but NCCL refuses every non-contiguous tensor: a pass here must not fail on GPUs."""
     def fn(dist):
         n = dist.get_world_size()
         big = torch.zeros(2 * n, 2, dtype=torch.float64)
-        dist.all_gather_into_tensor(big[:, 1], column(dist)[:2])
-        out = torch.zeros(2, 2, dtype=torch.float64)
-        dist.reduce_scatter_tensor(out[:, 0], big[:, 1])
-        lst = torch.zeros(2, n, dtype=torch.float64)
-        dist.all_gather([lst[:, i] for i in range(n)], column(dist)[1:])
-        return big, out, lst
+        if call == "all_gather_into_tensor":
+            dist.all_gather_into_tensor(big[:, 1], column(dist)[:2])
+        elif call == "reduce_scatter_tensor":
+            dist.reduce_scatter_tensor(torch.zeros(2, dtype=torch.float64), big[:, 1])
+        else:
+            lst = torch.zeros(2, n, dtype=torch.float64)
+            dist.all_gather([lst[:, i] for i in range(n)], column(dist)[1:])
 
-    for big, out, lst in sim.run(fn, 2).results:
-        assert big[:, 1].tolist() == [0.0, 2.0, 10.0, 12.0] and big[:, 0].abs().sum() == 0
-        assert out[:, 0].tolist() == [0.0, 4.0] or out[:, 0].tolist() == [20.0, 24.0]
-        assert lst.tolist() == [[2.0, 12.0], [4.0, 14.0]]
+    with pytest.raises(sim.NonContiguousError) as info:
+        sim.run(fn, 2)
+    message = str(info.value)
+    assert call in message and "NCCL" in message and "contiguous" in message, message
 
 
 # ---- reduce ops

@@ -14,8 +14,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from . import record as record_format
 from ...backends.tamper import Fingerprint
+from ..targets import REPO
+from . import record as record_format
 from . import sandbox
 
 
@@ -42,7 +43,7 @@ def warm_up() -> None:
         return w.grad
 
     sim.run(step, 2)
-    naive = Path(__file__).resolve().parents[2] / "tests" / "naive"
+    naive = REPO / "tests" / "naive"
     for spec in SPECS.values():
         if (naive / spec.filename).is_file():
             observe_file(spec, naive / spec.filename, spec.make_inputs(0), 0)

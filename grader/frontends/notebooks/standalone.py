@@ -24,7 +24,7 @@ from puzzles import sim
 
 from .cells import SETUP_MARK
 
-GRADER_DIR = Path(__file__).resolve().parent.parent
+GRADER_DIR = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/frontends/notebooks/standalone.py)
 PUZZLES_DIR = Path(sim.__file__).resolve().parent
 _STUB = re.compile(r"p\d+_\w+\.py")
 _DIGEST = re.compile(r"^# package contents: sha256 ([0-9a-f]{16})$", re.MULTILINE)
