@@ -51,8 +51,10 @@ Checks (sizes: N = 4 ranks, batch 32 per step, d=32, h=64, L=2 blocks, so Ψ = 2
   - communication: the bytes each rank sends, summed over every collective (ring algorithm), at most data
     parallel's all-reduce of the gradients: 2(N-1)/N · 8Ψ per step, x k steps, + 1,024 = 295,936 bytes (1 KiB of
     room for scalars). A reduce-scatter plus an all-gather per step is exactly 294,912 bytes.
-  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
-    bytes, which its memory ledger could not see), and in float64, as the weights are.
+  - state in float64: keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a
+    Python list or bytes, which its memory ledger could not see), and in float64, as the weights are: the grader
+    reads the dtype of every tensor your optimizer keeps (moments kept in float32 move the weights by only about
+    1e-9 after three steps, inside the weights' tolerance, so this check is what sees them).
 
 The simulated machine (stated for the timeline; no time budget here): 1,024 FLOPs per tick, latency alpha = 8
 ticks per ring step, 512 bytes per tick; a reduce-scatter or all-gather of n bytes (the full buffer) costs

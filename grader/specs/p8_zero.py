@@ -60,6 +60,41 @@ def torch_adam(layers, batches, lr, betas, eps):
     return [(w1.detach(), w2.detach()) for w1, w2 in zip(ws[::2], ws[1::2])]
 
 
+def state_dtypes(opt) -> dict[str, int]:
+    """{dtype: elements} of the floating-point tensors the optimizer keeps (more than one element each: a step
+    counter does not count), found in its attributes and in the dicts, lists and objects of the learner's or of
+    torch.optim that they hold, a few levels down; never in the runtime's objects (`dist`)."""
+    found: dict[str, int] = {}
+    seen: set[int] = set()
+
+    def walk(value, depth):
+        if id(value) in seen or depth > 4:
+            return
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() and value.numel() > 1:
+                name = str(value.dtype).replace("torch.", "")
+                found[name] = found.get(name, 0) + value.numel()
+        elif isinstance(value, dict):
+            for item in list(value.values()):
+                walk(item, depth + 1)
+        elif isinstance(value, (list, tuple, set)):
+            for item in list(value):
+                walk(item, depth + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, type) and _learners_or_optims(value):
+            for item in list(vars(value).values()):
+                walk(item, depth + 1)
+
+    walk(opt, 0)
+    return found
+
+
+def _learners_or_optims(value) -> bool:
+    module = type(value).__module__ or ""
+    return not module.startswith(("puzzles", "grader", "torch.distributed", "builtins")) and (
+        not module.startswith("torch") or module.startswith("torch.optim"))
+
+
 def flat(layers) -> torch.Tensor:
     return torch.cat([w.detach().reshape(-1) for pair in layers for w in pair])
 
@@ -105,7 +140,7 @@ class Zero(PuzzleSpec):
                         w.grad = None
                 states.append(probe.memory_now() - before)
             return {"layers": [(w1.detach(), w2.detach()) for w1, w2 in layers], "state_bytes": max(states),
-                    "state_per_step": states}
+                    "state_per_step": states, "state_dtypes": state_dtypes(opt)}
 
         return run
 
@@ -126,6 +161,7 @@ class Zero(PuzzleSpec):
         return [check_layers("weights after k steps", got, ref["layers"], f"weights after {K_STEPS} Adam steps",
                              diagnose),
                 self.check_state(obs, budgets["optimizer state"]),
+                self.check_state_dtype(obs),
                 communication_check(obs, budgets["communication"], diagnose=self.diagnose_communication)]
 
     def check_state(self, obs: Observation, budget: Budget) -> Check:
@@ -141,6 +177,22 @@ class Zero(PuzzleSpec):
                    f"2·8·Ψ = {fmt(replicated, 'bytes')} of moments. Per rank: {', '.join(f'{x:,}' for x in states)}")
         return Check("optimizer state", ok, message, measured=s, budget=budget,
                      diagnosis="" if ok else safe_diagnosis(self.diagnose_state, worst, s, budget))
+
+    @staticmethod
+    def check_state_dtype(obs: Observation) -> Check:
+        """The text's rule: the optimizer keeps its state in float64, as the weights are. (A moment kept in float32
+        moves the weights by about 1e-9 after three steps, inside the weights' tolerance: only this check sees it.)"""
+        for r, res in enumerate(obs.results):
+            other = {d: n for d, n in (res.get("state_dtypes") or {}).items() if d != "float64"}
+            if other:
+                kinds = ", ".join(f"{n:,} numbers in {d}" for d, n in sorted(other.items()))
+                return Check("state in float64", False,
+                             f"rank {r}'s optimizer keeps {kinds} (in its attributes); the puzzle keeps the master "
+                             f"copy, m and v in float64, as the weights are",
+                             diagnosis=f"optimizer state kept in {', '.join(sorted(other))}: create the master copy, "
+                                       f"m and v with dtype=torch.float64 (torch.zeros_like(master) follows the "
+                                       f"master's dtype)")
+        return Check("state in float64", True, "every rank's optimizer keeps its state in float64, as the weights are")
 
     @staticmethod
     def diagnose_state(rank, state, budget) -> str:
