@@ -117,6 +117,9 @@ def diagnose_tp_bytes(rank: int, by_kind, totals) -> str:
         return ("the tensor-parallel group also carried this rank's gradients (one all-reduce of W/(p·t) = "
                 f"{W_RANK:,} bytes): the gradients' all-reduce belongs on the data-parallel group, where the other "
                 "replica holds the same slice of the same weights")
+    if sized_like(excess, {"forwards again": TP_BYTES // 2}):
+        return ("the tensor-parallel group carried each microbatch's forward all-reduces twice (m·(L/p) more of "
+                "[4, 64]): every stage forward ran again, as recomputation does (see compute)")
     if any(k.startswith(("all_gather", "broadcast")) for k in by_kind):
         return ("weights (or activations) were gathered within the tensor-parallel group: tensor parallelism keeps "
                 "each weight split and moves only the [4, 64] activations, one all-reduce per block each way")
