@@ -1,4 +1,4 @@
-# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ced695bb6c97)
+# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 5430219de288)
 """Puzzle 11 — 3-D parallelism: data × pipeline × tensor.
 
 The task: one training step of a 4-block model on 8 ranks that use all three parallelisms at once, 2 data-parallel
@@ -103,7 +103,7 @@ h = 512, 256 columns per tensor-parallel rank; L = 4 blocks, 2 per stage):
   - bubble: 1 - m·3F/T_pipe, where T_pipe is when the last backward ends on any rank (the gradients' all-reduce
     that follows is data parallelism's cost, not the pipeline's), at most GPipe's (p-1)/(m+p-1) = 1/5 = 20.0% plus
     0.5 points, 20.5%: a perfect 2-stage pipeline of 4 microbatches takes (m+p-1)·3F = 15,360 ticks. The formula
-    is exact when messages are free; here the 1-tick all-reduces and sends put a well-ordered schedule about 0.2
+    is exact when messages are free; here the 1-tick all-reduces and sends put a well-ordered schedule about 0.15
     point above it. GPipe's order is the lesson, not a rule: 1F1B (puzzle 6) has the same bubble and passes too.
   - a deadlock, or ranks that meet in new_group or a collective with different arguments, is an error.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or

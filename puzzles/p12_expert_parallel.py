@@ -1,4 +1,4 @@
-# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest e12f9feedc27)
+# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest c9d45f67b55d)
 """Puzzle 12 — Expert parallelism: a mixture of experts with all-to-all.
 
 The task: a mixture-of-experts layer on 4 ranks that hold 8 experts between them, 2 each. Every rank routes its
@@ -61,6 +61,10 @@ results back:
     compute    rank 0  |router|================ experts: 22 tokens ================|
                rank 3  |router|== 6 tokens ==|.......... waits for rank 0 ...........|
                                                                                     ^ combine (all ranks)
+
+The whole step takes 2,225 ticks: rank 0's 2,160 of compute and the all-to-alls. (Padding every rank's share of
+every expert to C rows, as fixed-size buffers do, would balance the ranks by computing padding: 24 rows each, a
+longer step, and more bytes. This puzzle sends and computes the tokens only.)
 
 Write two things:
   - `AllToAll`, a torch.autograd.Function: `AllToAll.apply(x, dist, output_split_sizes, input_split_sizes)`
