@@ -211,12 +211,13 @@ class ThreeDParallel(PuzzleSpec):
     def diagnose_compute(rank, fwd, bwd) -> str:
         total = fwd + bwd
         if abs(total - T * SHARE_FLOPS) < F_FLOPS:
-            return (f"rank {rank} computed {T}x its share: the work of its whole tensor-parallel pair, as with the full "
-                    f"weights of its stage. Each rank multiplies its own slices only; g's all-reduce adds the halves")
+            return (f"rank {rank} computed {T}x its share: the work of its whole tensor-parallel pair, as with the "
+                    f"full weights of its stage. Each rank multiplies its own slices only; g's all-reduce adds the halves")
         if abs(total - P * SHARE_FLOPS) < F_FLOPS:
             return f"rank {rank} computed {P}x its share: the blocks of both stages ran on it"
         if abs(fwd - 2 * M * F_FLOPS) < F_FLOPS and abs(bwd - 2 * M * F_FLOPS) < F_FLOPS:
-            return f"rank {rank} ran every microbatch's forward twice: recomputation, which this puzzle does not ask for"
+            return (f"rank {rank} ran every microbatch's forward twice: recomputation, which this puzzle does not "
+                    f"ask for")
         return (f"rank {rank} computed {fwd / F_FLOPS:.1f} microbatch forwards' worth outside backward and "
                 f"{bwd / (2 * F_FLOPS):.1f} backwards' worth inside it; a stage runs m = {M} of each")
 

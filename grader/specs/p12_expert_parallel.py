@@ -19,8 +19,8 @@ from ..core.compare import safe_diagnosis, tensor_mismatch, values_check
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, describe_sent, flops, sent, sized_like
 from ..core.spec import Observation, PuzzleSpec, pair_at
-from .expert_routing import (CAPACITY, DIM, DROPPED, E, FACTOR, KEPT_ON, LOCAL, N, N_TOKENS, RECEIVED, ROUTER_FLOPS, ROW,
-                             SENT_AWAY, TOKEN_FLOPS, VARIANTS, H, make_inputs, moe)
+from .expert_routing import (CAPACITY, DIM, DROPPED, E, FACTOR, KEPT_ON, LOCAL, N, N_TOKENS, RECEIVED, ROUTER_FLOPS,
+                             ROW, SENT_AWAY, TOKEN_FLOPS, VARIANTS, H, make_inputs, moe)
 
 W_E = 2 * DIM * H * 8  # one expert's weights
 MOST_RECEIVED = N * LOCAL * CAPACITY  # the most tokens a rank can be sent: C from each rank for each of its experts
@@ -214,12 +214,13 @@ class ExpertParallel(PuzzleSpec):
                     f"buffers padded to the capacity. Send the counts first, then only the tokens kept")
         dropped = dropped_rows(inputs["counts"])
         if any(dropped) and all(sized_like(x, {"dropped": d * ROW}) for x, d in zip(extra, dropped)):
-            return (f"every rank's excess is exactly the tokens over capacity, sent to their experts (its "
-                    f"{DROPPED} dropped tokens) and sent back (the results of other ranks' dropped tokens), in "
-                    f"forward and backward: tokens over capacity were sent and dropped where they arrived. Drop them "
-                    f"where they are: a dropped token never leaves its rank")
-        return (f"rank {rank} sent {extra[rank] - BOOKKEEPING_BYTES:,} bytes ({(extra[rank] - BOOKKEEPING_BYTES) / ROW:.1f} "
-                f"token rows) beyond the tokens that leave it and the results it returns") if extra[rank] > 0 else ""
+            return ("every rank's excess is exactly the tokens over capacity: the ones it routed to other ranks' "
+                    "experts, sent, and the results of the ones other ranks routed to its experts, sent back, in "
+                    "forward and backward: tokens over capacity were sent and dropped where they arrived. Drop them "
+                    f"where they are ({DROPPED} per rank here): a dropped token never leaves its rank")
+        beyond = extra[rank]  # the counts included
+        return (f"rank {rank} sent {beyond:,} bytes ({beyond / ROW:.1f} token rows) beyond the tokens that leave it and "
+                f"the results it returns") if beyond > 0 else ""
 
     def memory_check(self, obs: Observation, budget: Budget) -> Check:
         over = [(r, p) for r, p in enumerate(obs.peak_bytes) if p > budget.value]
