@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from grader.backends.learner_code import load_module
-from grader.backends.simulator import observe
+from grader.backends.simulator import grade_file, observe
+from grader.core import report
 from grader.core.grading import one_thread
 from grader.core.rules import sent
 from grader.frontends.targets import REPO
@@ -41,6 +42,16 @@ def test_every_seed_routes_with_the_margins_the_text_states(seed):
 def test_the_counts_between_two_ranks_change_with_the_seed():
     seen = {tuple(map(tuple, routing.kept_totals(SPEC.make_inputs(seed)["counts"]))) for seed in range(8)}
     assert len(seen) >= 4
+
+
+def test_an_expert_no_token_reaches_has_a_zero_gradient_whether_or_not_the_answer_skips_it():
+    """At seed 25 no token goes to expert 6: the serial gradient is zero, the reference's is zeros (a matmul of no
+    rows) and an answer that skips the expert leaves .grad None. Both pass."""
+    counts = SPEC.make_inputs(25)["counts"]
+    assert all(counts[s][6] == 0 for s in range(routing.N))
+    for path in (REPO / "solutions" / SPEC.filename, REPO / "tests" / "alternatives" / "p12_labels_sent_along.py"):
+        result = grade_file(SPEC, path, seed=25)
+        assert result.status == "pass", report.pytest_message(result, 25)
 
 
 def reference():

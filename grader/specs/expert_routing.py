@@ -162,8 +162,12 @@ def moe(inputs, variant: str = "") -> list[dict]:
         total = total + loss_fn(y, inputs["target"][s])
         out.append({"y": y, "x": x, "router": router})
     total.backward()
-    return [{"y": o["y"].detach(), "x_grad": o["x"].grad, "router_grad": o["router"].grad,
-             "grads": [(experts[s * LOCAL + j][0].grad, experts[s * LOCAL + j][1].grad) for j in range(LOCAL)]}
+
+    def grad(w):  # a weight no token reached has no .grad; the answer's (zeroed by the grader) stays zero
+        return w.grad if w.grad is not None else torch.zeros_like(w)
+
+    return [{"y": o["y"].detach(), "x_grad": o["x"].grad, "router_grad": grad(o["router"]),
+             "grads": [(grad(experts[s * LOCAL + j][0]), grad(experts[s * LOCAL + j][1])) for j in range(LOCAL)]}
             for s, o in enumerate(out)]
 
 

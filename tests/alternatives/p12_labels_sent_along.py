@@ -1,7 +1,7 @@
 """p12, another style: the counts are one number per rank, not per expert, and each token's expert travels with it
 as a label (an int64 all-to-all of the same splits: 8 bytes per token, within the budget's 1 KiB); the dispatch
 builds each destination's block with a boolean mask instead of sorting; the receiving rank picks each expert's rows
-by label."""
+by label, and skips an expert no token reached (whose weights then have no .grad: a zero gradient)."""
 
 import math
 
@@ -47,6 +47,8 @@ def moe_forward(dist, x, router, experts, capacity_factor):
     done = torch.zeros_like(arrived)
     for j, (w1, w2) in enumerate(experts):
         mine = torch.nonzero(labels == j).squeeze(1)
+        if len(mine) == 0:  # no token for this expert: skip it (its weights then get no .grad at all)
+            continue
         done = done.index_copy(0, mine, F.gelu(arrived[mine] @ w1) @ w2)
     back = AllToAll.apply(done, dist, send_splits, recv_splits)
     return x + torch.zeros_like(x).index_copy(0, index, p[index].unsqueeze(1) * back)
