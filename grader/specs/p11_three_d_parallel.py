@@ -171,12 +171,15 @@ class ThreeDParallel(PuzzleSpec):
         if "B" in sequence and sequence.index("B") <= 1:
             return ("rank 0 ran a backward right after its first forward: each microbatch goes through both stages "
                     "and back before the next starts, so only one stage works at a time")
-        waits = [e for e in obs.events_of(stream="comm") if e["kind"] != "send" and e["kind"] != "recv"
-                 and [int(p) for p in e["peers"]] == dp_ranks(e["rank"]) and e["end"] < max(
-                     (x["end"] for x in obs.events_of(stream="compute") if x["flops"]), default=0)]
-        if waits and any(e["end"] - e["start"] >= W_RANK // 4096 // 4 for e in waits):
-            return ("gradients were all-reduced on the data-parallel group before the last backward ended, and the "
-                    "compute waited for them: all-reduce once, after every microbatch's backward")
+        span = max((e["end"] for e in obs.events_of(stream="compute") if e["flops"]), default=0)
+        excess = span - (M + P - 1) * 3 * F_TICKS  # beyond a perfect pipeline
+        during = [sum(e["end"] - e["start"] for e in obs.events_of(r, "comm") if e["end"] <= span
+                      and e["kind"] not in ("send", "recv") and [int(p) for p in e["peers"]] == dp_ranks(r))
+                  for r in range(WORLD)]
+        if excess > 0 and max(during) >= excess // 2:
+            return (f"the data-parallel group's all-reduces ran during the pipeline, up to {max(during):,} ticks of "
+                    f"them before the last backward ended, of the {excess:,} ticks the pipeline took beyond "
+                    f"(m+p-1)·3F: the gradients are all-reduced once, after every microbatch's backward")
         return ("the ranks idled " + ", ".join(f"rank {r}: {fmt(1 - b / obs.makespan, 'fraction')}"
                                                for r, b in enumerate(busy)) + " of the step: look at the schedule "
                 "chart for where a rank waits on a message it could have had earlier")

@@ -12,8 +12,8 @@ from ..core.compare import safe_diagnosis
 from ..core.result import Check, fmt
 from ..core.rules import off_group, sized_like
 from ..core.spec import Observation
-from .three_d_layout import (DP_BYTES, EXPECTED_GROUPS, GROUP_NAMES, TP_BYTES, W_RANK, WORLD, P, T, coords, dp_ranks,
-                             other_layouts, pp_ranks, rank_of, tp_ranks)
+from .three_d_layout import (DP_BYTES, EXPECTED_GROUPS, GROUP_NAMES, TP_BYTES, W_RANK, WORLD, M, P, T, coords,
+                             dp_ranks, other_layouts, pp_ranks, rank_of, tp_ranks)
 
 
 def allowed_groups(rank: int) -> list[list[int]]:
@@ -134,4 +134,8 @@ def diagnose_dp_bytes(obs: Observation, rank: int, by_kind, totals, tp_sent) -> 
                 "tensor-parallel group, whose two ranks hold the two halves of each block's hidden columns")
     if sized_like(excess, {"a second all-reduce of the gradients": DP_BYTES}):
         return "the gradients were all-reduced twice on the data-parallel group"
+    if sized_like(excess, {"once per microbatch": (M - 1) * DP_BYTES}):
+        return (f"the gradients were all-reduced m = {M} times, once per microbatch (in a hook, say): the sum of the "
+                f"averaged microbatch gradients is right, but it costs m times the bytes and stalls the pipeline. "
+                f"All-reduce once, after the last microbatch's backward")
     return ""
