@@ -2,6 +2,8 @@
 
     compute        the FLOPs each rank computed (every matmul, by torch's own FLOP formulas), against its share
     communication  the bytes each rank sent (the ring algorithm's wire bytes, over every collective and send)
+    groups         which group each collective ran on and whom each send went to (the events' peers), and the
+                   bytes each rank sent on one of its groups
     work sequence  a pipeline stage's compute as whole microbatch forwards and backwards, read off its FLOPs,
                    and how many microbatches it held at once
     excess         a memory excess named by its size, only when the size singles one thing out
@@ -93,6 +95,52 @@ def communication_check(obs: Observation, budget: Budget, name: str = "communica
     message = (f"rank {r} sent {fmt(totals[r], 'bytes')}{where} ({describe_sent(by_rank[r])}), "
                f"{'within' if ok else 'over'} the budget {budget.describe()}")
     diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, r, by_rank[r])
+    return Check(name, ok, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
+
+
+# ---- process groups: who talked to whom
+
+
+def off_group(obs: Observation, collective_groups, send_peers) -> list[dict]:
+    """The communication events that ran where the puzzle's layout says they must not: a collective whose group
+    (its peers: the group's global ranks, in order) is not one of `collective_groups(rank)`, or a send whose
+    destination is not in `send_peers(rank)`. Receives are judged by their sender; barriers move no data."""
+    off = []
+    for e in obs.events_of(stream="comm"):
+        if e["kind"] in ("recv", "barrier", "new_group"):
+            continue
+        if e["kind"] == "send":
+            if e["peers"][-1] not in send_peers(e["rank"]):
+                off.append(e)
+        elif [int(r) for r in e["peers"]] not in [list(g) for g in collective_groups(e["rank"])]:
+            off.append(e)
+    return off
+
+
+def sent_on_group(obs: Observation, rank: int, peers) -> dict[str, tuple[int, int]]:
+    """What `rank` sent in collectives on the group of global ranks `peers`: {kind: (calls, wire bytes)}."""
+    by_kind: dict[str, tuple[int, int]] = {}
+    for e in obs.events_of(rank, "comm"):
+        if e["kind"] in ("send", "recv", "new_group") or [int(r) for r in e["peers"]] != list(peers):
+            continue
+        calls, nbytes = by_kind.get(e["kind"], (0, 0))
+        by_kind[e["kind"]] = (calls + 1, nbytes + e["wire_bytes"])
+    return by_kind
+
+
+def group_communication_check(obs: Observation, budget: Budget, name: str, group_of, what: str,
+                              diagnose=None) -> Check:
+    """Every rank sent at most budget.value bytes in collectives on its group `group_of(rank)` (`what` names the
+    kind of group). `diagnose(rank, by_kind, totals)` may name the excess."""
+    by_rank = [sent_on_group(obs, r, group_of(r)) for r in range(obs.world_size)]
+    totals = [sum(b for _, b in k.values()) for k in by_rank]
+    over = [r for r, t in enumerate(totals) if t > budget.value]
+    r = over[0] if over else max(range(obs.world_size), key=totals.__getitem__)
+    ok = not over
+    message = (f"rank {r} sent {fmt(totals[r], 'bytes')} on its {what} group {list(group_of(r))} "
+               f"({describe_sent(by_rank[r])}), {'within' if ok else 'over'} the budget {budget.describe()}. "
+               f"Per rank: {', '.join(f'{t:,}' for t in totals)} bytes")
+    diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, r, by_rank[r], totals)
     return Check(name, ok, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
 
 

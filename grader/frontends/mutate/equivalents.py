@@ -62,6 +62,14 @@ _GRAD_MODE_ON = ("the grader calls the backward function with grad mode on (outs
 _LEAF_ALREADY = ("x does not require grad, so its chunk is already a leaf; requires_grad_() on it makes the same "
                  "leaf detach() would (a view either way, no copy)")
 _SEND_COPIES = "a send copies the values; whether the tensor sent carries a graph changes nothing on either rank"
+# p11's build_3d_groups, as the mutator unparses it with two coordinates of one comprehension swapped
+_LAYOUT_LINE = "layouts = {  # every group of each kind, in the same order on every rank"
+_LAYOUT_TP = ("layouts = {'tp': [[at(dp, pp, tp) for tp in range(T)] for pp in range(P) for dp in range(D)], "
+              "'dp': [[at(pp, dp, tp) for dp in range(D)] for pp in range(P) for tp in range(T)], "
+              "'pp': [[at(pp, dp, tp) for pp in range(P)] for dp in range(D) for tp in range(T)]}")
+_LAYOUT_PP = ("layouts = {'tp': [[at(pp, dp, tp) for tp in range(T)] for pp in range(P) for dp in range(D)], "
+              "'dp': [[at(pp, dp, tp) for dp in range(D)] for pp in range(P) for tp in range(T)], "
+              "'pp': [[at(pp, tp, dp) for pp in range(P)] for dp in range(D) for tp in range(T)]}")
 
 EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("p1", "drop-grad-mode",
@@ -159,4 +167,41 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("p8", "drop-free", "del flat", "",
                "the flat copy of the weights then lives until __init__ returns, while the moments are allocated; "
                "the peak is in step(), not here"),
+    Equivalent("p11", "swap-statements", "dist.all_reduce(w.grad, group=dp)", "w.grad /= replicas",
+               "dividing by 2 before summing gives the same bits as dividing the sum (a power of two scales "
+               "exactly); the same ops, memory and time (measured: the reference's peaks and its makespan, 15,516 "
+               "ticks)"),
+    Equivalent("p11", "in-place", "w.grad /= replicas", "w.grad = w.grad / replicas",
+               "w.grad becomes a new tensor with the same values and the old one is freed at once: a transient of "
+               "one gradient after the pipeline, not at the peak (measured: the reference's peaks)"),
+    Equivalent("p11", "drop-detach", "a = x.chunk(n_micro)[i].detach()", "a = x.chunk(n_micro)[i]", _LEAF_ALREADY),
+    Equivalent("p11", "drop-detach", "dist.send(y.detach(), dst=peers[stage + 1])",
+               "dist.send(y, dst=peers[stage + 1])", _SEND_COPIES),
+    Equivalent("p11", "drop-clone", "grad = grad.clone()", "grad = grad",
+               "the gradient arriving in f's backward is fresh (the matmul's backward made it) and nothing else reads "
+               "it, so all-reducing it in place computes the same, with one buffer less (as in p4)"),
+    Equivalent("p11", "drop-clone", "total = partial.clone()", "total = partial",
+               "`partial` (a @ w2_r) is fresh and autograd does not save it (a matmul saves its inputs), so "
+               "all-reducing it in place computes the same, with one buffer less (as in p4)"),
+    Equivalent("p11", "drop-free", "inputs[i] = outputs[i] = None", "",
+               "GPipe's peak is at the end of the forwards, before this line first runs; keeping the finished "
+               "microbatches (their graphs already freed by backward) only frees them later (measured: the same "
+               "peak on every rank, 1,351,720 bytes at most, and the same makespan)"),
+    Equivalent("p11", "swap-args", "y = loss_fn(y, target.chunk(n_micro)[i]) / n_micro",
+               "y = loss_fn(target.chunk(n_micro)[i], y) / n_micro", _SYMMETRIC_LOSS),
+    Equivalent("p11", "reverse-order",
+               "for i in reversed(range(n_micro)):  # all backwards, newest first on every stage",
+               "for i in range(n_micro):  # all backwards, newest first on every stage",
+               "the backwards in forward order on both stages: the puzzle asks for an order both neighbours agree "
+               "on (GPipe's order is the lesson, not a rule); the same schedule length and peak, the gradients "
+               "summed in another order (equal to rounding)"),
+    *(Equivalent("p11", "swap-args", _LAYOUT_LINE, mutant,
+                 "with P = D = T = 2 the swapped coordinates range over the same values, so the comprehension makes "
+                 "the same groups, in another order that is the same on every rank: every rank still calls "
+                 "new_group for every group in one agreed order and gets the same three groups back")
+      for mutant in (_LAYOUT_TP, _LAYOUT_PP)),
+    Equivalent("p12", "swap-statements", "dist.all_to_all_single(received_counts, sent_counts)",
+               "send_splits = sent_counts.view(world, local).sum(1).tolist()",
+               "send_splits is read off this rank's own counts, which the exchange does not change: computing it "
+               "before the counts' all-to-all or after is the same"),
 )

@@ -1,0 +1,143 @@
+# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest c9d45f67b55d)
+"""Puzzle 12 — Expert parallelism: a mixture of experts with all-to-all.
+
+The task: a mixture-of-experts layer on 4 ranks that hold 8 experts between them, 2 each. Every rank routes its
+own 16 tokens with a top-1 router, sends each token to the rank of its expert with `dist.all_to_all_single` (the
+counts first, then the tokens, in uneven splits), applies its two experts to the tokens it receives, and sends the
+results back to the ranks they came from. An expert takes at most C = 3 tokens from each rank; the rest are
+dropped.
+
+The budgets, per rank (derived below; one token's row is d·8 = 512 bytes):
+  - expert weights: 1/N of all 8 experts', 2 experts of 131,072 bytes each: peak memory at most 675,840 bytes;
+  - compute: exactly the router on its own 16 tokens plus its 2 experts on the tokens it receives and keeps,
+      rank 0: 2,211,840 FLOPs   rank 1: 1,425,408   rank 2: 1,032,192   rank 3: 638,976;
+  - communication: the tokens that leave their rank, out and back, in forward and again in backward, plus 1 KiB for
+    the counts: rank 0: 24,576 bytes   rank 1: 20,480   rank 2: 20,480   rank 3: 18,432.
+
+The layer (Switch Transformer's, top-1):
+
+    probs = softmax(x @ router)          x: [16, 64] on each rank, router: [64, 8] (every rank has a copy)
+    e = argmax(probs), p = probs[e]      each token's expert and its gate probability
+    y = x + p · expert_e(x)              expert_e(x) = gelu(x @ w1_e) @ w2_e,  w1_e: [64, 128], w2_e: [128, 64]
+    y = x                                for a token its expert dropped (the residual alone, no expert's work)
+
+Expert e lives on rank e // 2. The gate p is what makes the router learn: the output depends on the router only
+through p, so its gradient flows through p.
+
+Capacity: C = ceil(capacity_factor · n / E) = ceil(1.5 · 16 / 8) = 3, per expert and per rank: of the tokens a rank
+routes to expert e, the first 3 in token order (row order of x) are kept and sent; the others are dropped where
+they are (never sent, never computed, y = x). Capacity bounds the busiest rank's work at N·2·C = 24 tokens, however
+skewed the router is.
+
+The routing of the graded inputs. The router favours rank 0's experts, as a router does when nothing balances it
+(the auxiliary loss that would, is another story). Which tokens go where is random at every seed, but these totals
+are fixed, so the figures above are exact:
+
+    tokens each rank keeps                         13 of its 16 (3 routed beyond capacity to a full expert)
+    tokens that leave rank 0, 1, 2, 3 (S)           7,  9, 11, 12    (kept for experts on other ranks)
+    tokens each rank receives from others (R)      16, 10,  8,  5
+    tokens each rank computes (K)                  22, 14, 10,  6    (its own kept for its experts, plus R)
+
+How many tokens each rank sends to each other rank changes from seed to seed: a rank learns what it will receive
+only from the counts.
+
+One step, on rank s:
+
+    route    x --> e, p (16 tokens); keep the first C per expert; sort the kept tokens by expert
+    counts   [tokens for expert 0, 1, ..., 7]  --all_to_all_single-->  [from rank 0: for my 2 experts | rank 1 | ...]
+    dispatch [kept tokens for rank 0 | rank 1 | rank 2 | rank 3]  --all_to_all_single(out, in, out_splits,
+             in_splits)-->  [from rank 0 | from rank 1 | from rank 2 | from rank 3]    (uneven splits)
+    compute  each received token through its expert (the counts say which rows are whose)
+    combine  the results --all_to_all_single, the splits swapped--> back to rank s, in the order it sent them
+    output   y = x; y[kept] += p · result, each result in its own token's row
+
+In backward the two all-to-alls run in reverse (the gradients of the results go to the experts' ranks, the
+gradients of the tokens come back): an all-to-all's backward is the all-to-all with its splits swapped.
+
+Load imbalance is on the clock. Rank 0 computes 22 tokens, rank 3 only 6: rank 0's experts take 22·96 = 2,112
+ticks of forward and backward, rank 3's 576, and every rank waits for rank 0 in the all-to-all that brings the
+results back:
+
+    compute    rank 0  |router|================ experts: 22 tokens ================|
+               rank 3  |router|== 6 tokens ==|.......... waits for rank 0 ...........|
+                                                                                    ^ combine (all ranks)
+
+The whole step takes 2,225 ticks: rank 0's 2,160 of compute and the all-to-alls. (Padding every rank's share of
+every expert to C rows, as fixed-size buffers do, would balance the ranks by computing padding: 24 rows each, a
+longer step, and more bytes. This puzzle sends and computes the tokens only.)
+
+Write two things:
+  - `AllToAll`, a torch.autograd.Function: `AllToAll.apply(x, dist, output_split_sizes, input_split_sizes)`
+    returns the rows every rank sent this rank (rank i's chunk j goes to rank j), as
+    `dist.all_to_all_single(output, x, output_split_sizes, input_split_sizes)`; its backward sends the gradient
+    back the other way (the same call with the two split lists swapped).
+  - `moe_forward(dist, x, router, experts, capacity_factor) -> y`, run by every rank:
+      - `x`: this rank's 16 tokens, [16, 64] (requires_grad); `router`: [64, 8] (requires_grad; every rank has a
+        copy); `experts`: this rank's 2 experts, a list of (w1 [64, 128], w2 [128, 64]) pairs with requires_grad,
+        experts 2·rank and 2·rank + 1; `capacity_factor`: 1.5;
+      - return y, [16, 64]. The grader computes `loss_fn(y, target)` (from puzzles.model) on every rank and calls
+        `backward()`: the experts' gradients then hold every rank's tokens' contributions (they came through the
+        all-to-alls), and the router's gradient on each rank its own tokens'.
+
+The clock: CostModel(flops_per_tick=1024, latency_ticks=0, bytes_per_tick=512): a token through an expert, forward
+and backward, is 12·d·h = 98,304 FLOPs = 96 ticks; a token's row (512 bytes) 1 tick on the wire; an all-to-all
+takes as long as its busiest rank's rows.
+
+Checks (sizes: N = 4 ranks, E = 8 experts, 2 per rank; n = 16 tokens per rank; d = 64, h = 128; capacity factor
+1.5, C = 3; W_E = 2·d·h·8 = 131,072 bytes per expert, all 8 experts 1,048,576 bytes of weights):
+  - output: y on every rank equals the serial mixture of experts' output (the same routing, capacity and drops).
+  - input gradient: x.grad on every rank equals the serial one.
+  - router gradient: router.grad on every rank equals the serial gradient of that rank's loss.
+  - expert gradients: every rank's experts' gradients equal the serial ones (all ranks' tokens included).
+  - expert compute: each rank computes exactly the router's matmuls on its own tokens, 6·n·d·E = 49,152 FLOPs
+    (forward, and the two matmuls of its backward), plus 12·d·h = 98,304 FLOPs per token it keeps for its experts,
+    K·12·d·h: rank 0: 49,152 + 22·98,304 = 2,211,840 FLOPs; rank 1: 1,425,408; rank 2: 1,032,192; rank 3: 638,976.
+    No more: a rank that runs experts on padding, on dropped tokens, or on every token, or that dispatches with
+    matrix products of one-hot masks (which the FLOP count sees), is over; no less: products and sums of elements,
+    which the FLOP count cannot see, are not allowed.
+  - communication: the bytes each rank sends, over every collective and send (an all-to-all's wire bytes are what
+    leaves the rank: the rows it keeps for itself are not sent), at most the tokens that leave it and the results
+    it returns, in forward and again in backward, plus 1 KiB for the counts: 2·(S + R)·d·8 + 1 KiB, rank 0:
+    2·(7 + 16)·512 + 1,024 = 24,576 bytes; rank 1: 2·(9 + 10)·512 + 1,024 = 20,480; rank 2: 2·(11 + 8)·512 +
+    1,024 = 20,480; rank 3: 2·(12 + 5)·512 + 1,024 = 18,432. Padding every expert's share to C rows (GShard's
+    fixed-size buffers), sending dropped tokens, or gathering all the tokens everywhere is over.
+  - peak memory: each rank's peak at most 2·2·W_E + 2·d·E·8 + 4·n·d·8 + N·2·C·(3·d + 3·h)·8 = 675,840 bytes: its 2
+    experts' weights and their gradients (1/N of all experts', 524,288 bytes), the router and its gradient, x,
+    target, x.grad and y ([16, 64] each), and per token it may receive (at most N·2·C = 24, whatever the routing)
+    3 rows of d (the token, its result, the token's gradient) and 3 of h (x@w1, its gelu, the gelu's gradient). A
+    rank that holds all 8 experts (1,048,576 bytes of weights, as many again of gradients) cannot fit.
+  - a deadlock, or an all-to-all whose split sizes do not agree between two ranks, is an error.
+  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
+    bytes, which its memory ledger could not see): a list of a few split sizes (`counts.tolist()`) is fine.
+
+Hints:
+  - Top-1: `gate, choice = probs.max(dim=-1)`. The i-th token's position among those routed to its expert:
+    `onehot = F.one_hot(choice, E)`, `position = (onehot.cumsum(0) * onehot).sum(1) - 1`; keep `position <
+    capacity`.
+  - Sort the kept tokens by expert (`torch.argsort(choice[kept], stable=True)`): the rows for rank d are then
+    one block, experts 2d then 2d+1. `torch.bincount(choice[kept], minlength=E)` counts them.
+  - Exchange the counts per expert (8 numbers out, 8 in: 2 from each rank), then size the tokens' all-to-all:
+    input_split_sizes from your counts, output_split_sizes from the counts you received.
+  - Put results back in token order with an index: `torch.zeros_like(x).index_copy(0, kept_rows, p * results)`.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+class AllToAll(torch.autograd.Function):
+    """Rows out to every rank by split sizes; backward sends the gradients back with the splits swapped."""
+
+    @staticmethod
+    def forward(ctx, x, dist, output_split_sizes, input_split_sizes):
+        raise NotImplementedError("p12: write AllToAll.forward")
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("p12: write AllToAll.backward")
+
+
+def moe_forward(dist, x, router, experts, capacity_factor):
+    raise NotImplementedError("p12: write moe_forward")
