@@ -131,18 +131,18 @@ def fsdp_step(dist, shards, x, target, lr):
     world, n_layers = dist.get_world_size(), len(shards)
     order = [*range(n_layers), *reversed(range(n_layers))]  # the layers in the order they are used
     buffers = [torch.empty(world * shards[0].numel(), dtype=shards[0].dtype) for _ in range(2)]
+    saved = []  # what each layer's forward kept for its backward
 
     def gather(j):
         """Launch the all-gather of the j-th layer used, into buffer j % 2 (the other one is being computed with)."""
         return dist.all_gather_into_tensor(buffers[j % 2], shards[order[j]], async_op=True)
 
+    # Wait for layer i's reduce-scatter (flat_grad, its input, lives until then), then update its shard.
     def finish(i, grad_shard, flat_grad, work):
-        """Wait for layer i's reduce-scatter, then update its shard with the averaged gradient."""
         work.wait()
         shards[i] -= lr / world * grad_shard
 
     pending = gather(0)
-    saved = []
     for j in range(n_layers):  # forward
         pending.wait()
         pending = gather(j + 1)  # the next layer arrives while this one computes
@@ -150,8 +150,7 @@ def fsdp_step(dist, shards, x, target, lr):
         saved.append(kept)
     grad = 2 * (x - target) / x.shape[0]  # d loss / d y for this rank's rows
     reducing = None
-    for j in range(n_layers, 2 * n_layers):  # backward, the last layer first
-        i = order[j]
+    for j, i in enumerate(order[n_layers:], start=n_layers):  # backward, the last layer first
         pending.wait()
         if j + 1 < 2 * n_layers:
             pending = gather(j + 1)

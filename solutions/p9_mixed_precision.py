@@ -107,8 +107,7 @@ class MixedPrecisionAdam:
         # BEGIN SOLUTION
         self.lr, self.betas, self.eps = lr, betas, eps
         self.master = [w for pair in layers for w in pair]  # float32, updated in place
-        self.half_layers = [(w1.detach().half().requires_grad_(), w2.detach().half().requires_grad_())
-                            for w1, w2 in layers]
+        self.half_layers = [(w1.half().requires_grad_(), w2.half().requires_grad_()) for w1, w2 in layers]
         self.half = [w for pair in self.half_layers for w in pair]
         self.m = [torch.zeros_like(w) for w in self.master]
         self.v = [torch.zeros_like(w) for w in self.master]
@@ -136,7 +135,7 @@ class MixedPrecisionAdam:
             for w, g, m, v, h in zip(self.master, grads, self.m, self.v, self.half):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                denom = (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)
+                denom = (v / (1 - beta2 ** self.t)).sqrt() + self.eps
                 w.addcdiv_(m, denom, value=-self.lr / (1 - beta1 ** self.t))
                 h.copy_(w)  # the new float16 weights, rounded from the master copy
             self.good_steps += 1

@@ -87,10 +87,10 @@ class Fsdp(PuzzleSpec):
         step = module.fsdp_step
 
         def run(dist, lr, shards, x, target):
+            mine = list(shards)  # the tensors handed over, updated in place: what the grader reads
             watch = GatherWatch(dist, shards)
             step(watch, shards, x, target, lr)
-            return {"shards": [s.detach() if isinstance(s, torch.Tensor) else s for s in shards],
-                    "held": watch.held}
+            return {"shards": [s.detach() for s in mine], "held": watch.held}
 
         return run
 
