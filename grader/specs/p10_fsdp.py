@@ -177,7 +177,7 @@ class Fsdp(PuzzleSpec):
             return ("one more gathered layer was alive at every gather of the forward: each layer's weights were "
                     "kept after its forward (for the backward?). Let a layer's buffer go after its compute, and "
                     "gather it again for the backward")
-        if max(counts) < 3.01:
+        if abs(max(counts) - 3) < 0.01:
             return ("three layers' weights were alive at once: let a layer's buffer go (del, or rebind every name "
                     "that holds it) before launching the gather after next, and prefetch one layer ahead, not two")
         return ""
