@@ -1,4 +1,4 @@
-# Generated from solutions/p10_fsdp.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 6b7f6a6c3c59)
+# Generated from solutions/p10_fsdp.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 6081e998984c)
 """Puzzle 10 — ZeRO-3 / FSDP: sharded weights, gathered just in time, with prefetch.
 
 The task: write `fsdp_step`, one data-parallel SGD step in which no rank ever holds the whole model. Each rank
@@ -12,14 +12,15 @@ one layer's weights W = 2·d·h·8 = 262,144 bytes, all of them 8Ψ = L·W = 1,0
   - gathered weights: at every collective call, the all-gathered buffers still alive plus your shards are at most
     8Ψ/N + 2·W + 1,024 = 787,456 bytes: your shards, the layer being computed and the one being prefetched.
   - forward memory: at every collective call of the forward (before the first reduce-scatter), the bytes the rank
-    holds beyond its inputs are at most 2·W + (L + 2)·(A + C) + 1,024 = 648,192 bytes, whatever tensors hold them
-    (A = b·(d + 2h)·8 = 18,432 bytes, room for a block's activations, C = b·d·8 = 2,048 for its output: L blocks'
-    worth, and two more for temporaries). One more layer's weights, W, would not fit.
+    holds beyond its inputs are at most 2·W + (L + 2)·Act + 1,024 = 648,192 bytes, whatever tensors hold them
+    (Act = b·(2d + 2h)·8 = 20,480 bytes, room for one block's activations and output: L blocks' worth, and two
+    more for temporaries). One more layer's weights, W, would not fit.
   - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 3,145,728 FLOPs, and at
     least 3,014,656 (its own rows, with matmuls, nothing recomputed).
   - communication: each rank sends exactly the ZeRO-3 volume, 3·(N-1)/N·8Ψ = 2,359,296 bytes (at most
     2,360,320: 1 KiB of room for scalars): 1.5 x data parallel's 2·(N-1)/N·8Ψ = 1,572,864.
-  - makespan: at most C + 2·A + T = 3,657 ticks (compute, one layer's all-gather, one reduce-scatter, 5%).
+  - makespan: at most C + 2·A + T = 3,657 ticks (C = 3,072 ticks of compute, A = 216 ticks for one layer's
+    all-gather or reduce-scatter, T = 5% of C = 153).
 
 From ZeRO-2 to ZeRO-3. ZeRO-2 (puzzle 8) shards the optimizer state and the gradients, but every rank still
 holds every weight: the model must fit on one device. ZeRO-3 (Rajbhandari et al., 2020; PyTorch's FSDP) shards
@@ -41,15 +42,17 @@ launch each gather one layer ahead, with async_op=True: while layer i computes, 
 layers are used in the order 0, 1, 2, 3 (forward), 3, 2, 1, 0 (backward): eight gathers, each prefetched during
 the compute before it. The reduce-scatters run asynchronously too, behind the next layer's backward:
 
-    compute |g0|==F0==|==F1==|==F2==|==F3==|=====B3=====|=====B2=====|=====B1=====|=====B0=====|rs0|
-    comm    |g0|g1    |g2    |g3    |g3    |g2    |rs3 |g1    |rs2  |g0    |rs1  |      |rs0|
-             ^ the first gather: nothing to hide it      the last reduce-scatter: nothing to hide it ^
+    compute  |    |F0  |F1  |F2  |F3  |B3        |B2        |B1        |B0        |    |
+    comm     |g0  |g1  |g2  |g3  |g3  |g2        |rs3 g1    |rs2 g0    |rs1       |rs0 |
+              ^ the first gather: nothing to hide it behind      the last reduce-scatter: nothing either ^
+    (gi: layer i's all-gather; rsi: its gradient's reduce-scatter; Fi, Bi: its forward and backward)
 
 One layer's forward is 4·b·d·h = 262,144 FLOPs = 256 ticks, its backward 512 ticks; a gather (or a
 reduce-scatter) of one layer's W = 262,144 bytes costs (N-1)·alpha + (N-1)/N·W/1024 = 216 ticks, less than a
 forward, and a gather plus a reduce-scatter (432 ticks) less than a backward. So everything hides but the first
 gather and the last reduce-scatter: makespan C + 2·A = 3,072 + 432 = 3,504 ticks (C = 12·b·d·h·L/1024 = 3,072, the
-compute). Without prefetch every gather waits: C + 8·A + A = 5,016 ticks with asynchronous reduce-scatters.
+compute). Without prefetch every gather waits, in the backward behind the reduce-scatter queued before it on the
+communication stream: C + 12·A = 5,664 ticks.
 
 Memory. At any moment a rank holds its shards (8Ψ/N), the layer it computes with, and the one being prefetched:
 two layers' full weights, 2·W = 524,288 bytes, whatever L. (PyTorch's FSDP does the same with its "backward

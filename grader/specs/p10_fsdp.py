@@ -30,8 +30,7 @@ BYTES = 8  # float64
 PSI = 2 * L * D * H  # weights
 W = 2 * D * H * BYTES  # one layer's full weights
 SHARDS = BYTES * PSI // N  # what a rank keeps of the model
-A = ROWS * (D + 2 * H) * BYTES  # room for one block's activations (x, x @ w1 and its gelu)
-C = ROWS * D * BYTES  # one [b, d] activation
+ACT = ROWS * (2 * D + 2 * H) * BYTES  # room for one block's activations (x, x @ w1, its gelu) and its output
 COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=1024)
 TOLERANCE_PERCENT = 5
 DATA_PARALLEL_BYTES = 2 * (N - 1) * BYTES * PSI // N  # an all-reduce of every gradient
@@ -101,10 +100,10 @@ class Fsdp(PuzzleSpec):
             "gathered weights": Budget("gathered weights", f"8Ψ/N + 2·W + {BOOKKEEPING_BYTES:,} bytes (your shards, "
                                        f"the layer computing and the layer prefetched; W = 2·d·h·8 = {W:,})",
                                        SHARDS + 2 * W + BOOKKEEPING_BYTES, "bytes"),
-            "forward memory": Budget("forward memory", f"2·W + (L + 2)·(A + C) + {BOOKKEEPING_BYTES:,} bytes (two "
-                                     f"layers' weights; the activations of L blocks and temporaries, A = b·(d+2h)·8 "
-                                     f"= {A:,}, C = b·d·8 = {C:,})",
-                                     2 * W + (L + 2) * (A + C) + BOOKKEEPING_BYTES, "bytes"),
+            "forward memory": Budget("forward memory", f"2·W + (L + 2)·Act + {BOOKKEEPING_BYTES:,} bytes (two "
+                                     f"layers' weights; L blocks' activations and two more for temporaries, "
+                                     f"Act = b·(2d+2h)·8 = {ACT:,})", 2 * W + (L + 2) * ACT + BOOKKEEPING_BYTES,
+                                     "bytes"),
             "compute": Budget("compute", "12·b·d·h·L FLOPs per rank (its 1/N share of the serial step)",
                               FORWARD_FLOPS + BACKWARD_FLOPS, "count"),
             "communication": Budget("communication", f"3·(N-1)/N·8Ψ + {BOOKKEEPING_BYTES:,} bytes (two gathers and "
@@ -200,7 +199,7 @@ class Fsdp(PuzzleSpec):
     def diagnose_forward_memory(held, gathered) -> str:
         if gathered > 2 * W + BOOKKEEPING_BYTES:
             return "the gathered buffers alone are over their budget (see gathered weights)"
-        extra = held - 2 * W - (L + 2) * (A + C)
+        extra = held - 2 * W - (L + 2) * ACT
         return (f"beyond two layers' gathered buffers and the activations, the forward held about {extra / W:.1f} "
                 f"layers' worth of other memory: copies of the gathered weights (.clone(), .contiguous(), "
                 f"torch.cat of the views) kept alive? Compute with views of the gathered buffer")
