@@ -67,3 +67,32 @@ def test_gathering_everything_at_once_is_named():
     assert "all 4 layers were gathered at the first collective" in p10.Fsdp.diagnose_gathered(counts)
     assert "kept after its forward" in p10.Fsdp.diagnose_gathered([1, 2, 3, 4, 4, 3])
     assert p10.Fsdp.diagnose_gathered([1, 2, 2, 5]) == ""  # nothing singles a mistake out
+
+
+ODD = {"None": lambda t: None, "a string": lambda t: "shard", "a list": lambda t: [t], "float32": lambda t: t.float(),
+       "NaN": lambda t: torch.full_like(t, float("nan")), "another shape": lambda t: t[:5].clone(),
+       "a wrong value": lambda t: t + 1}
+
+
+def test_odd_shards_fail_the_weights_check_and_crash_nothing():
+    obs = reference_observation()
+    inputs = SPEC.make_inputs(0)
+    ref = SPEC.reference(inputs)
+    for name, change in ODD.items():
+        odd = [dict(res) for res in obs.results]
+        odd[3]["shards"] = [change(s) if i == 2 else s for i, s in enumerate(odd[3]["shards"])]
+        obs_odd = type(obs)(**{**obs.__dict__, "results": odd})
+        checks = {c.name: c for c in SPEC.check(obs_odd, ref, inputs)}
+        values = checks["weights after the step"]
+        assert not values.passed and "rank 3: shards[2]" in values.message, name
+        assert "could not work out" not in values.diagnosis, (name, values.diagnosis)
+    short = [dict(res) for res in obs.results]
+    short[1]["shards"] = short[1]["shards"][:-1]
+    check = SPEC.check(type(obs)(**{**obs.__dict__, "results": short}), ref, inputs)[0]
+    assert not check.passed and "rank 1: shards[3]" in check.message
+
+
+def test_the_readme_row_states_every_budget():
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| p10 |"))
+    for budget in SPEC.budgets(SPEC.make_inputs(0)).values():
+        assert f"{budget.value:,}" in row, budget.name

@@ -95,3 +95,8 @@ def test_the_notebook_opens_part_two_before_puzzle_9():
         < ids.index("p9-story")
     part_two = build_notebook(REPO).cells[ids.index("part-2")].source
     assert part_two.startswith("# Part II") and "16 bytes per parameter" in part_two
+
+
+def test_the_readme_row_states_the_budget_and_the_scales():
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| p9 |"))
+    assert "131,072" in row and ", ".join(f"{s:,.0f}" for s in serial.EXPECTED_SCALES) in row

@@ -138,7 +138,8 @@ class Fsdp(PuzzleSpec):
         """Name the mistake from the first shard that is off, by the step it took."""
         rank, i = bad[0].meta
         got, expected = bad[0].got, bad[0].expected
-        if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.isfinite(got).all():
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.dtype != expected.dtype or \
+                not torch.isfinite(got).all():
             return ""
         start = flat_layer(*inputs["layers"][i]).chunk(N)[rank]
         if torch.equal(got, start):
