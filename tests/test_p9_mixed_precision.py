@@ -31,12 +31,21 @@ def test_the_overflow_is_at_step_4_and_nowhere_else(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 5, 11])
-def test_the_replay_is_within_the_tolerance_and_every_mistake_outside_it(seed):
+def test_the_replay_is_within_the_tolerance_and_every_mistake_far_outside_it(seed):
+    """Each against the reference forced onto its own masters, as the grader compares (bench/bench_part_two.py
+    has the figures over 1,000 seeds)."""
     inputs = serial.make_inputs(seed)
-    ref = serial.torch_reference(inputs)["weights"]
-    assert largest_difference(serial.replay(inputs), ref) < serial.TOLERANCE / 4  # measured: at most 2.2e-6
+    got = serial.replay(inputs)
+    assert largest_difference(got, serial.forced_expectation(inputs, got)) < serial.TOLERANCE / 10
     for mistake, knobs in serial.MISTAKES.items():
-        assert largest_difference(serial.replay(inputs, **knobs), ref) > 2 * serial.TOLERANCE, mistake
+        got = serial.replay(inputs, **knobs)
+        assert largest_difference(got, serial.forced_expectation(inputs, got)) > 10 * serial.TOLERANCE, mistake
+
+
+def test_forcing_changes_nothing_for_the_reference_itself():
+    inputs = serial.make_inputs(2)
+    ref = serial.torch_reference(inputs)["weights"]
+    assert largest_difference(serial.forced_expectation(inputs, ref), ref) == 0
 
 
 def test_the_reference_holds_exactly_16_bytes_per_weight():

@@ -66,7 +66,8 @@ class MixedPrecision(PuzzleSpec):
             master_bytes = sum(w.untyped_storage().nbytes() for w in masters.values())
             before = probe.memory_now()
             opt = optimizer(layers, lr, betas, eps, init_scale, growth_interval)
-            out = {"weights": [], "scales": [], "skipped": None}
+            out = {"weights": [], "scales": [], "skipped": None, "halves": [serial.half_mismatch(opt.half_layers,
+                                                                                                 layers)]}
             for step, (x, target) in enumerate(zip(xs, targets), 1):
                 half = opt.half_layers
                 at_forward = probe.memory_now()
@@ -85,6 +86,7 @@ class MixedPrecision(PuzzleSpec):
                 if step == OVERFLOW_STEP:
                     out["skipped"] = changes(taken, opt, masters)
                     del taken
+                out["halves"].append(serial.half_mismatch(opt.half_layers, layers))
                 out["scales"].append(as_number(opt.get_scale()))
                 out["weights"].append([(w1.detach().clone(), w2.detach().clone()) for w1, w2 in layers])
                 for pair in opt.half_layers:
@@ -104,8 +106,9 @@ class MixedPrecision(PuzzleSpec):
 
     def check(self, obs: Observation, ref, inputs):
         res = obs.results[0]
-        return [close_check(res.get("weights"), ref, lambda step: safe_diagnosis(self.diagnose_weights, res, step,
-                                                                               inputs, ref)),
+        expected = serial.forced_expectation(inputs, res.get("weights"))
+        return [close_check(res.get("weights"), res.get("halves"), expected,
+                            lambda step: safe_diagnosis(self.diagnose_weights, res, step, inputs)),
                 self.check_skipped(res),
                 self.check_scales(res),
                 self.check_bytes(res, self.budgets(inputs)["parameter bytes"])]
@@ -164,7 +167,7 @@ class MixedPrecision(PuzzleSpec):
         diagnosis = "" if ok else safe_diagnosis(diagnose_bytes, held)
         return Check("parameter bytes", ok, message, measured=held, budget=budget, diagnosis=diagnosis)
 
-    def diagnose_weights(self, res, step, inputs, ref) -> str:
+    def diagnose_weights(self, res, step, inputs) -> str:
         """Name the mistake from the step whose weights first differ, by replaying the common ones."""
         weights = res.get("weights") or []
         got = weights[step - 1] if step - 1 < len(weights) else None
@@ -173,8 +176,9 @@ class MixedPrecision(PuzzleSpec):
                 return (f"the weights became inf or NaN at step {OVERFLOW_STEP}, the step whose gradients overflowed: "
                         f"skip a step whose unscaled gradients are not all finite")
             return f"the weights became inf or NaN at step {step}"
+        forward_masters = [inputs["layers"], *weights[:step - 1]]
         for mistake, knobs in serial.MISTAKES.items():
-            if serial.matches(got, serial.replay(inputs, **knobs)[step - 1]):
+            if serial.matches(got, serial.replay(inputs, forward_masters, **knobs)[step - 1]):
                 return mistake
         return ""
 
