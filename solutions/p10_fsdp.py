@@ -10,10 +10,10 @@ one layer's weights W = 2·d·h·8 = 262,144 bytes, all of them 8Ψ = L·W = 1,0
     batch.
   - gathered weights: at every collective call, the all-gathered buffers still alive plus your shards are at most
     8Ψ/N + 2·W + 1,024 = 787,456 bytes: your shards, the layer being computed and the one being prefetched.
-  - forward memory: at every collective call of the forward (before the first reduce-scatter), the bytes the rank
-    holds beyond its inputs are at most 2·W + (L + 2)·Act + 1,024 = 648,192 bytes, whatever tensors hold them
-    (Act = b·(2d + 2h)·8 = 20,480 bytes, room for one block's activations and output: L blocks' worth, and two
-    more for temporaries). One more layer's weights, W, would not fit.
+  - forward memory: at every collective call of the forward (before the first gradient's reduce-scatter), the
+    bytes the rank holds beyond its inputs are at most 2·W + (L + 2)·Act + 1,024 = 648,192 bytes, whatever
+    tensors hold them (Act = b·(2d + 2h)·8 = 20,480 bytes, room for one block's activations and output: L blocks'
+    worth, and two more for temporaries). One more layer's weights, W, would not fit.
   - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 3,145,728 FLOPs, and at
     least 3,014,656 (its own rows, with matmuls, nothing recomputed).
   - communication: each rank sends exactly the ZeRO-3 volume, 3·(N-1)/N·8Ψ = 2,359,296 bytes (at most
@@ -85,8 +85,9 @@ Checks, in detail:
   - gathered weights: the grader's `dist` notes the output of every all-gather you launch; at each collective it
     counts those buffers still alive (each storage once, whatever views of it you hold) and adds your shards.
     Let a layer's buffer go (del, or rebind every name that holds it) as soon as its compute is done.
-  - forward memory: read off the ledger at each collective before your first reduce-scatter: copies of the
-    weights count, whatever made them.
+  - forward memory: read off the ledger at each collective before the first reduce-scatter (or all-reduce) of a
+    layer's gradient (at least W bytes; a smaller one does not end the forward): copies of the weights count,
+    whatever made them.
   - compute: as in puzzle 3 (FLOPs, only matmuls count; the backward of block 0 may skip its input gradient).
   - communication: the bytes each rank sends, summed over every collective: fewer means a gather was skipped
     (weights kept from the forward: ZeRO-2), more means more was sent (an all-reduce of the gradients).

@@ -10,7 +10,7 @@ from grader.core.rules import sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 from grader.specs import p10_fsdp as p10
-from grader.specs.gathered_weights import GatherWatch
+from grader.specs.gathered_weights import watched
 from puzzles import sim
 from puzzles.model import block
 
@@ -46,20 +46,22 @@ def test_the_given_block_backward_is_autograds():
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
 
 
-def test_the_watch_counts_a_gathered_storage_once_and_forgets_it_when_it_dies():
+def test_the_watch_counts_a_gathered_storage_once_forgets_it_when_it_dies_and_ends_the_forward_on_a_gradient():
     def program(dist):
         shard = torch.ones(4, dtype=torch.float64)
-        watch = GatherWatch(dist, [shard])
+        watch, records = watched(dist, [shard], layer_bytes=128)
         full = torch.empty(16, dtype=torch.float64)
         watch.all_gather_into_tensor(full, shard)
         views = full[:8], full[8:]  # views: the same storage
         watch.barrier()
         del full, views
-        watch.barrier()
-        return [h["gathered"] for h in watch.held]
+        watch.all_reduce(torch.zeros(4, dtype=torch.float64))  # too small to be a layer's gradient
+        watch.all_reduce(torch.zeros(16, dtype=torch.float64))  # a layer's worth: the backward has begun
+        assert not hasattr(watch, "_dist") and not vars(type(watch)).get("__dict__")
+        return [(h["gathered"], h["forward"]) for h in records.held]
 
     result = sim.run(program, world_size=4)
-    assert result.results[0] == [32 + 128, 32 + 128, 32]
+    assert result.results[0] == [(32 + 128, True), (32 + 128, True), (32, True), (32, False)]
 
 
 def test_gathering_everything_at_once_is_named():

@@ -21,7 +21,7 @@ from ..core.compare import safe_diagnosis, values_check
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, communication_volume_check, compute_check, sent, sized_like
 from ..core.spec import Observation, PuzzleSpec
-from .gathered_weights import GatherWatch, describe_layers, layers_held
+from .gathered_weights import describe_layers, layers_held, watched
 
 N, L, B, D, H = 4, 4, 16, 64, 256
 ROWS = B // N  # b: rows per rank
@@ -87,9 +87,9 @@ class Fsdp(PuzzleSpec):
 
         def run(dist, lr, shards, x, target):
             mine = list(shards)  # the tensors handed over, updated in place: what the grader reads
-            watch = GatherWatch(dist, shards)
+            watch, records = watched(dist, shards, W)
             step(watch, shards, x, target, lr)
-            return {"shards": [s.detach() for s in mine], "held": watch.held}
+            return {"shards": [s.detach() for s in mine], "held": records.held}
 
         return run
 
@@ -187,7 +187,7 @@ class Fsdp(PuzzleSpec):
         over = [r for r in range(N) if worst[r] > budget.value]
         r = over[0] if over else max(range(N), key=worst.__getitem__)
         ok = not over
-        message = (f"at its collectives before the first reduce-scatter, rank {r} held at most "
+        message = (f"at its collectives before the first reduce-scatter of a layer's gradient, rank {r} held at most "
                    f"{fmt(worst[r], 'bytes')} beyond its inputs ({worst[r] / W:.2f}·W), "
                    f"{'within' if ok else 'over'} the budget {budget.describe()}")
         diagnosis = ""

@@ -1,4 +1,7 @@
-"""p10 cheat against the memory rules: each gathered layer is cloned and the clone kept for the backward (the gather buffers themselves are let go), and the backward still launches its gathers, into a scratch buffer, so that the bytes sent are ZeRO-3's. The gathered buffers alive look right; the ledger sees the clones."""
+"""p10 cheat against the memory rules: each gathered layer is cloned and the clone kept for the backward (the
+gather buffers themselves are let go), the backward still launches its gathers, so that the bytes sent are
+ZeRO-3's, and a tiny reduce-scatter comes first, to end the forward-memory window before it begins. The gathered
+buffers alive look right; the ledger sees the clones, and the window closes only at a layer's gradient."""
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +49,9 @@ def fsdp_step(dist, shards, x, target, lr):
         work.wait()
         shards[i] -= lr / world * grad_shard
 
+    # A tiny reduce-scatter first, in the hope that the grader takes the backward to have begun (it does not: only
+    # a collective of at least a layer's gradient bytes ends the forward).
+    dist.reduce_scatter_tensor(torch.empty(1, dtype=torch.float64), torch.zeros(world, dtype=torch.float64))
     pending = gather(0)
     saved, copies = [], []
     for j in range(n_layers):  # forward
