@@ -4,13 +4,13 @@
 
 1. p9, bytes per parameter: what the ledger measures right after the first step, for the reference and every
    correct alternative, against 2 + 2 + 4 + 4 + 4 = 16 bytes per weight (and the activations, measured apart).
-2. p9, the tolerance: over --seeds seeds, how far correct answers written differently land from torch's
+2. p10, ZeRO-3: the gathered weights held at every collective (8Ψ/N + 2·W), the bytes sent (3·(N-1)/N·8Ψ,
+   1.5 x data parallel's 2·(N-1)/N·8Ψ), the makespan (C + 2·A) and, beside them, the naive answer (ZeRO-2's
+   habit: every layer kept) and the no-prefetch answer (C + 12·A).
+3. p9, the tolerance: over --seeds seeds, how far correct answers written differently land from torch's
    GradScaler + Adam (the hand-written replay, and each alternative's class run in plain torch), and how close
    each replayed mistake comes (its smallest largest-error over the seeds), both against the reference run on
    its own and against the teacher-forced reference the grader uses. The tolerance must sit between.
-3. p10, ZeRO-3: the gathered weights held at every collective (8Ψ/N + 2·W), the bytes sent (3·(N-1)/N·8Ψ,
-   1.5 x data parallel's 2·(N-1)/N·8Ψ), the makespan (C + 2·A) and, beside them, the naive answer (ZeRO-2's
-   habit: every layer kept) and the no-prefetch answer (C + 12·A).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def largest(a_steps, b_steps) -> float:
 
 
 def p9_tolerance(seeds: int) -> None:
-    print(f"\n## 2. p9: distance from torch's GradScaler + Adam over {seeds} seeds (largest |error| of any master "
+    print(f"\n## 3. p9: distance from torch's GradScaler + Adam over {seeds} seeds (largest |error| of any master "
           f"weight after any step); tolerance {serial.TOLERANCE:g}")
     print("  free: against the reference run on its own (a float16 rounding flip is carried into later gradients);")
     print("  forced: each step's forward on the answer's own masters, as the grader compares (forced_expectation)")
@@ -106,7 +106,7 @@ def knobs_name(knobs: dict) -> str:
 
 
 def p10_figures() -> None:
-    print("\n## 3. p10: ZeRO-3 against its formulas (seed 0)")
+    print("\n## 2. p10: ZeRO-3 against its formulas (seed 0)")
     dp, zero3 = p10.DATA_PARALLEL_BYTES, p10.ZERO3_BYTES
     print(f"  formulas: held 8Ψ/N + 2·W = {p10.SHARDS + 2 * p10.W:,} B; sent 3·(N-1)/N·8Ψ = {zero3:,} B = "
           f"{zero3 / dp:.2f} x data parallel's 2·(N-1)/N·8Ψ = {dp:,} B; makespan C + 2·A = "
