@@ -1,4 +1,4 @@
-# Generated from solutions/p9_mixed_precision.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 7c575ea22ce9)
+# Generated from solutions/p9_mixed_precision.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 891bf8ce250d)
 """Puzzle 9 — Mixed precision with dynamic loss scaling.
 
 The task: write `MixedPrecisionAdam`, which trains puzzle 8's model with a float16 forward and backward, float32
@@ -24,8 +24,8 @@ everything is zero. So mixed precision (Micikevicius et al., 2018) keeps two cop
           +---- Adam, in float32 (m, v float32) <---- unscale: float32(grad) / scale <---+
 
   - the forward and backward run in float16, on float16 copies of the weights;
-  - the update runs in float32, on the master weights: an update lr·m/sqrt(v) of 1e-3 added to a weight of 0.5 in
-    float16 (spacing 2.4e-4 there) would be rounded away, or rounded to a multiple of 2.4e-4;
+  - the update runs in float32, on the master weights: added to a weight of 0.3 in float16 (spacing 2.4e-4
+    there), an update of 1e-4 would be rounded away entirely, and one of 1e-3 rounded to a multiple of 2.4e-4;
   - the loss is computed in float32 (as torch.autocast does) and multiplied by the *loss scale* S before
     backward, so every gradient comes out S times larger: small gradients that would underflow float16 are
     lifted into its range. Before the update, divide them by S again (unscale), in float32.
