@@ -1,10 +1,15 @@
 """The puzzles' specs: one module per puzzle, each defining `SPEC` (a core.spec.PuzzleSpec).
 
-    p1_checkpointing.py ... p8_zero.py   inputs from a seed, the serial reference, what each rank runs, the
+    p1_checkpointing.py ... p10_fsdp.py  inputs from a seed, the serial reference, what each rank runs, the
                                          budgets (formulas with their numbers) and the checks with their diagnoses
     pipeline.py, pipeline_values.py      what p5 and p6 share: the stages, their checks, the value diagnosis
     tensor_parallel_mistakes.py          p4's sizes, and the common mistakes replayed to name a wrong answer
     checkpoint_taken_away.py             torch.utils.checkpoint switched off while p1 and p2 are graded
+    mixed_precision_serial.py            p9's sizes, inputs, torch's GradScaler + Adam as the (teacher-forced)
+                                         reference, the mistakes replayed, the comparison at a measured tolerance
+    optimizer_state.py                   p9: every tensor an optimizer object keeps, found whatever its style
+    gathered_weights.py                  p10: the watch that notes, at each collective, the gathered buffers
+                                         alive and the bytes held
 
 A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
 (an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.

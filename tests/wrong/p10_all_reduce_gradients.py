@@ -1,4 +1,5 @@
-"""p10 mistake: each layer's flat gradient is all-reduced (data parallel's way) and each rank takes its own slice: right values, but twice the gradient bytes a reduce-scatter sends."""
+"""p10 mistake: each layer's flat gradient is all-reduced (data parallel's way) and each rank takes its own slice:
+right values, but twice the gradient bytes a reduce-scatter sends."""
 
 import torch
 import torch.nn.functional as F

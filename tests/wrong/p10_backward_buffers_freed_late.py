@@ -1,4 +1,5 @@
-"""p10 mistake: the backward gathers into a fresh buffer each time and lets the previous one go only after launching the next gather: three layers' weights alive at every gather of the backward."""
+"""p10 mistake: the backward gathers into a fresh buffer each time and lets the previous one go only after launching
+the next gather: three layers' weights alive at every gather of the backward."""
 
 import torch
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
-"""p10 mistake: each layer is gathered (synchronously) only when it is needed, in the forward and in the backward: right values and memory, but the compute stream waits out every gather."""
+"""p10 mistake: each layer is gathered (synchronously) only when it is needed, in the forward and in the backward:
+right values and memory, but the compute stream waits out every gather."""
 
 import torch
 import torch.nn.functional as F

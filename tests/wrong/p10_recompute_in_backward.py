@@ -1,4 +1,5 @@
-"""p10 mistake: the forward keeps only each block's input (as activation checkpointing would) and the backward recomputes x @ w1: one more matmul per block than the step needs."""
+"""p10 mistake: the forward keeps only each block's input (as activation checkpointing would) and the backward
+recomputes x @ w1: one more matmul per block than the step needs."""
 
 import torch
 import torch.nn.functional as F

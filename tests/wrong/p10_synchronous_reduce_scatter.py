@@ -1,4 +1,5 @@
-"""p10 mistake: the gathers are prefetched, but each reduce-scatter is waited for right after it is launched: the backward stops for every one."""
+"""p10 mistake: the gathers are prefetched, but each reduce-scatter is waited for right after it is launched: the
+backward stops for every one."""
 
 import torch
 import torch.nn.functional as F

@@ -6,7 +6,8 @@ buffers alive look right; the ledger sees the clones, and the window closes only
 import torch
 import torch.nn.functional as F
 
-MISTAKE = "copies of every layer's weights are kept from the forward for the backward, the backward's gathers only for show"
+MISTAKE = ("copies of every layer's weights are kept from the forward for the backward, the backward's gathers "
+           "only for show")
 EXPECTED_FAILURES = {"forward memory"}
 DIAGNOSIS = "copies of the gathered weights"
 
@@ -49,8 +50,8 @@ def fsdp_step(dist, shards, x, target, lr):
         work.wait()
         shards[i] -= lr / world * grad_shard
 
-    # A tiny reduce-scatter first, in the hope that the grader takes the backward to have begun (it does not: only
-    # a collective of at least a layer's gradient bytes ends the forward).
+    # A tiny reduce-scatter first, in the hope that the grader takes the backward to have begun (it does not:
+    # only a collective of at least a layer's gradient bytes ends the forward).
     dist.reduce_scatter_tensor(torch.empty(1, dtype=torch.float64), torch.zeros(world, dtype=torch.float64))
     pending = gather(0)
     saved, copies = [], []

@@ -1,4 +1,5 @@
-"""p10 cheat: ZeRO-2 with the kept layers as numpy arrays, out of the memory ledger's sight, and the backward's gathers sent for show."""
+"""p10 cheat: ZeRO-2 with the kept layers as numpy arrays, out of the memory ledger's sight, and the backward's gathers
+sent for show."""
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +62,8 @@ def fsdp_step(dist, shards, x, target, lr):
         pending.wait()
         if j + 1 < 2 * n_layers:
             pending = gather(j + 1)
-        grad, grad_w1, grad_w2 = backward_from_activations(saved.pop(), *layer_weights(torch.from_numpy(copies.pop())), grad)
+        weights = layer_weights(torch.from_numpy(copies.pop()))
+        grad, grad_w1, grad_w2 = backward_from_activations(saved.pop(), *weights, grad)
         flat_grad = torch.cat([grad_w1.reshape(-1), grad_w2.reshape(-1)])
         del grad_w1, grad_w2
         if reducing is not None:

@@ -1,4 +1,5 @@
-"""p9 mistake: a float32 gradient buffer per weight, kept between steps (apex-style master gradients): 4 more bytes per weight, 20 in all, and the buffer changes in the skipped step."""
+"""p9 mistake: a float32 gradient buffer per weight, kept between steps (apex-style master gradients): 4 more bytes per
+weight, 20 in all, and the buffer changes in the skipped step."""
 
 import torch
 
@@ -38,7 +39,8 @@ class MixedPrecisionAdam:
             for w, g, m, v, h in zip(self.master, grads, self.m, self.v, self.half):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                w.addcdiv_(m, (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps), value=-self.lr / (1 - beta1 ** self.t))
+                denom = (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)
+                w.addcdiv_(m, denom, value=-self.lr / (1 - beta1 ** self.t))
                 h.copy_(w)
             self.good_steps += 1
             if self.good_steps == self.growth_interval:

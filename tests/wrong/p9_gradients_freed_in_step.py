@@ -1,4 +1,6 @@
-"""p9 mistake (of the memory accounting): step() sets the float16 gradients to None itself. torch's optimizer.step() leaves w.grad to zero_grad(); the puzzle measures the parameters with them alive, so the measure comes out 14 bytes per weight, not 16."""
+"""p9 mistake (of the memory accounting): step() sets the float16 gradients to None itself. torch's optimizer.step()
+leaves w.grad to zero_grad(); the puzzle measures the parameters with them alive, so the measure comes out 14 bytes
+per weight, not 16."""
 
 import torch
 
@@ -37,7 +39,8 @@ class MixedPrecisionAdam:
             for w, g, m, v, h in zip(self.master, grads, self.m, self.v, self.half):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                w.addcdiv_(m, (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps), value=-self.lr / (1 - beta1 ** self.t))
+                denom = (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)
+                w.addcdiv_(m, denom, value=-self.lr / (1 - beta1 ** self.t))
                 h.copy_(w)
             self.good_steps += 1
             if self.good_steps == self.growth_interval:

@@ -32,10 +32,12 @@ class MixedPrecisionAdam:
                 self.good_steps = 0
                 return
             self.t += 1
-            for w, g, m, v, h in zip(self.master, grads, map(torch.from_numpy, self.m), map(torch.from_numpy, self.v), self.half):
+            moments = zip(map(torch.from_numpy, self.m), map(torch.from_numpy, self.v))
+            for w, g, (m, v), h in zip(self.master, grads, moments, self.half):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                w.addcdiv_(m, (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps), value=-self.lr / (1 - beta1 ** self.t))
+                denom = (v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)
+                w.addcdiv_(m, denom, value=-self.lr / (1 - beta1 ** self.t))
                 h.copy_(w)
             self.good_steps += 1
             if self.good_steps == self.growth_interval:
