@@ -1,4 +1,4 @@
-# Generated from solutions/p9_mixed_precision.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 891bf8ce250d)
+# Generated from solutions/p9_mixed_precision.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ed23fddadfe9)
 """Puzzle 9 — Mixed precision with dynamic loss scaling.
 
 The task: write `MixedPrecisionAdam`, which trains puzzle 8's model with a float16 forward and backward, float32
@@ -93,7 +93,8 @@ Checks, in detail:
     weights to be the masters rounded, which is checked bit for bit.
   - skipped step: read around step 4's step() call: every tensor your optimizer object holds (walked through its
     attributes, lists and dicts, a torch.optim.Adam inside it included) of more than one number, and the master
-    weights, unchanged. A scalar such as the scale or a counter may change.
+    weights, unchanged. A scalar such as the scale or a counter may change; a tensor kept from one step to the
+    next (the last gradients, an unscaled copy of them) counts as state, so keep such things local to step().
   - loss scale: as in the table above.
   - parameter bytes: the bytes held right after the first step() returns, beyond the batches (which the grader
     placed on the rank), at least 16·Ψ = 131,072 and at most 16·Ψ + 1,024 = 132,096.

@@ -92,7 +92,8 @@ Checks, in detail:
     weights to be the masters rounded, which is checked bit for bit.
   - skipped step: read around step 4's step() call: every tensor your optimizer object holds (walked through its
     attributes, lists and dicts, a torch.optim.Adam inside it included) of more than one number, and the master
-    weights, unchanged. A scalar such as the scale or a counter may change.
+    weights, unchanged. A scalar such as the scale or a counter may change; a tensor kept from one step to the
+    next (the last gradients, an unscaled copy of them) counts as state, so keep such things local to step().
   - loss scale: as in the table above.
   - parameter bytes: the bytes held right after the first step() returns, beyond the batches (which the grader
     placed on the rank), at least 16·Ψ = 131,072 and at most 16·Ψ + 1,024 = 132,096.
