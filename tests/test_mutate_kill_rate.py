@@ -26,6 +26,8 @@ KILL_RATE_AT_LEAST = {  # every puzzle: every mutant that is not a reviewed equi
     "p6": 1.0,
     "p7": 1.0,
     "p8": 1.0,
+    "p9": 1.0,
+    "p10": 1.0,
     "p11": 1.0,
     "p12": 1.0,
 }

@@ -1,7 +1,8 @@
 """Rules that several puzzles state, each measured once, the same way for every puzzle and every backend.
 
     compute        the FLOPs each rank computed (every matmul, by torch's own FLOP formulas), against its share
-    communication  the bytes each rank sent (the ring algorithm's wire bytes, over every collective and send)
+    communication  the bytes each rank sent (the ring algorithm's wire bytes, over every collective and send),
+                   at most a budget, or, where the rule is a volume, within [least, budget]
     groups         which group each collective ran on and whom each send went to (the events' peers), and the
                    bytes each rank sent on one of its groups
     work sequence  a pipeline stage's compute as whole microbatch forwards and backwards, read off its FLOPs,
@@ -141,6 +142,24 @@ def group_communication_check(obs: Observation, budget: Budget, name: str, group
                f"({describe_sent(by_rank[r])}), {'within' if ok else 'over'} the budget {budget.describe()}. "
                f"Per rank: {', '.join(f'{t:,}' for t in totals)} bytes")
     diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, r, by_rank[r], totals)
+
+
+def communication_volume_check(obs: Observation, budget: Budget, least: int, name: str = "communication",
+                               diagnose=None) -> Check:
+    """Every rank sent at least `least` and at most budget.value bytes (wire bytes, over every op): for a rule that
+    is a volume, such as ZeRO-3's three passes over the weights, sending less is as wrong as sending more (a
+    collective the rule needs was skipped). `diagnose(rank, by_kind)` may name what is missing or extra."""
+    by_rank = [sent(obs, r) for r in range(obs.world_size)]
+    totals = [sum(b for _, b in k.values()) for k in by_rank]
+    off = [r for r, t in enumerate(totals) if not least <= t <= budget.value]
+    r = off[0] if off else max(range(obs.world_size), key=totals.__getitem__)
+    ok = not off
+    relation = "within" if ok else ("below" if totals[r] < least else "over")
+    message = (f"rank {r} sent {fmt(totals[r], 'bytes')} ({describe_sent(by_rank[r])}), {relation} the budget "
+               f"{budget.describe()}, at least {least:,}")
+    if obs.world_size > 1:
+        message += f". Per rank: {', '.join(f'{t:,}' for t in totals)} bytes"
+    diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, r, by_rank[r])
     return Check(name, ok, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
 
 

@@ -225,6 +225,10 @@ class ProcessTracker(TorchDispatchMode):
         return place_inputs(value, copy_tensor)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        """Charge each new storage an op makes to this rank. A view op makes none: a storage first seen as the
+        output of one was made outside the tracked ops, by the runtime (gloo's async reduce_scatter_tensor splits
+        its own flat buffer inside work.wait(), in the caller's thread: measured, 262,144 bytes charged to the
+        learner's wait() line before this rule), and is not the learner's."""
         kwargs = kwargs or {}
         if self.untracked:
             return func(*args, **kwargs)
@@ -244,7 +248,7 @@ class ProcessTracker(TorchDispatchMode):
                 st = t.untyped_storage()
             except (RuntimeError, NotImplementedError):
                 continue
-            if st._cdata not in self.storage.owner:
+            if st._cdata not in self.storage.owner and not func.is_view:
                 if runtime is None:
                     runtime = _in_runtime()
                 if not runtime:

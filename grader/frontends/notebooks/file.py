@@ -5,17 +5,19 @@
     puzzles-standalone.ipynb  the same notebook carrying the package itself (standalone.py): one file that runs
                               in Colab or any Jupyter with torch, numpy and matplotlib, no repository, no network
 
-Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then for each puzzle its
-story (the puzzle file's docstring, as markdown, ending with where to write), the stub in a code cell tagged with
-the puzzle id, and a check cell that grades the functions that cell defined and shows the result. Every cell has
-a stable id naming its role ("p3-story", "p3", "p3-check"), which is how `build` finds the cells a learner
-edited (build.py) and how grading finds the answers when tags are lost (notebook_cells.py, which reads a
-notebook back).
+Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then the puzzles in two
+parts (PARTS: Part I, puzzles 1-8, Part II, puzzles 9-12, each opened by a heading cell with a short
+introduction), each puzzle with its story (the puzzle file's docstring, as markdown, ending with where to
+write), the stub in a code cell tagged with the puzzle id, and a check cell that grades the functions that cell
+defined and shows the result. Every cell has a stable id naming its role ("p3-story", "p3", "p3-check",
+"part-2"), which is how `build` finds the cells a learner edited (build.py) and how grading finds the answers
+when tags are lost (notebook_cells.py, which reads a notebook back).
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -52,10 +54,12 @@ def colab_url(notebook: str = NOTEBOOK) -> str:
 
 INTRO = """# Training Puzzles
 
-Eight puzzles about how large models are trained on many GPUs: activation checkpointing, activation sharding,
-data parallel, tensor parallel, pipeline parallel (GPipe and 1F1B), overlapping communication with compute, and
-ZeRO. The "GPUs" are simulated ranks in this one process, but the tensors are real: every answer is checked for
-its values, its gradients, its peak memory and, where the puzzle is about time, its schedule.
+Twelve puzzles about how large models are trained on many GPUs, in two parts. Part I (puzzles 1 to 8):
+activation checkpointing, activation sharding, data parallel, tensor parallel, pipeline parallel (GPipe and
+1F1B), overlapping communication with compute, and ZeRO. Part II (puzzles 9 to 12): mixed precision with loss
+scaling, ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. The "GPUs" are simulated ranks in
+this one process, but the tensors are real: every answer is checked for its values, its gradients, its memory
+and, where the puzzle is about time, its schedule.
 
 How to play: run the next code cell first. Then, for each puzzle, read its story, write your answer in the code
 cell under it (replace each `raise NotImplementedError`), run that cell, then run the check cell below it. Each
@@ -113,6 +117,38 @@ for e in result.events:
     print(f"rank {e.rank} {e.stream:>7} {e.kind:<10} ticks {e.start:>6}..{e.end:<6}")"""
 
 
+@dataclass(frozen=True)
+class Part:
+    """A part of the notebook: its heading cell comes right before the story of its first puzzle present."""
+
+    cell_id: str
+    first: int  # puzzle numbers, inclusive
+    last: int
+    text: str
+
+
+PARTS = (
+    Part("part-1", 1, 8, """# Part I: the classics (puzzles 1 to 8)
+
+What every course on training at scale covers, each graded for real here: trading compute for memory
+(activation checkpointing, activation sharding), the three ways to split the work (data, tensor and pipeline
+parallel, with GPipe's and 1F1B's schedules), hiding communication behind compute, and sharding the optimizer
+state (ZeRO). Each puzzle states its budgets (memory, FLOPs, bytes sent, time) as formulas with their numbers."""),
+    Part("part-2", 9, 12, """# Part II: what large training runs combine (puzzles 9 to 12)
+
+The next layer, which people who train large models put together and which no other puzzle set grades: mixed
+precision and its 16 bytes per parameter (puzzle 9, after ZeRO's accounting in puzzle 8), fully sharded data
+parallel with prefetching (puzzle 10: ZeRO and overlap, puzzles 7 and 8, at once), data x pipeline x tensor
+parallelism on sub-groups of ranks (puzzle 11: puzzles 3, 4 and 6 at once), and mixture-of-experts with
+all-to-all (puzzle 12). Same rules as Part I: real tensors, a memory ledger and a clock."""),
+)
+
+
+def part_of(spec) -> Part | None:
+    number = int(spec.id[1:])
+    return next((p for p in PARTS if p.first <= number <= p.last), None)
+
+
 def code_without_docstring(source: str) -> str:
     """A stub's code for its notebook cell: the module docstring is the markdown above it."""
     tree = ast.parse(source)
@@ -151,10 +187,15 @@ def build_notebook(root: Path, solved: bool = False, standalone: bool = False) -
     else:
         cells = [new_cell("markdown", "intro", INTRO), new_cell("code", "install", INSTALL)]
     cells += [new_cell("markdown", "tour-text", TOUR_TEXT), new_cell("code", "tour-code", TOUR_CODE)]
+    parts_begun = set()
     for spec in SPECS.values():
         path = root / "solutions" / spec.filename
         if not path.exists():
             continue
+        part = part_of(spec)
+        if part is not None and part.cell_id not in parts_begun:
+            parts_begun.add(part.cell_id)
+            cells.append(new_cell("markdown", part.cell_id, part.text))
         source = path.read_text()
         code = source if solved else stub_body(source, spec.filename)
         cells.append(new_cell("markdown", f"{spec.id}-story", story_markdown(source) + "\n\n" + where_to_write(spec)))
