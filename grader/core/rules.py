@@ -142,6 +142,7 @@ def group_communication_check(obs: Observation, budget: Budget, name: str, group
                f"({describe_sent(by_rank[r])}), {'within' if ok else 'over'} the budget {budget.describe()}. "
                f"Per rank: {', '.join(f'{t:,}' for t in totals)} bytes")
     diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, r, by_rank[r], totals)
+    return Check(name, ok, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
 
 
 def communication_volume_check(obs: Observation, budget: Budget, least: int, name: str = "communication",
