@@ -8,7 +8,7 @@ import torch
 
 from grader.backends.learner_code import load_module
 from grader.backends.simulator import observe
-from grader.frontends.notebook_file import build_notebook
+from grader.frontends.notebooks.file import build_notebook
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 from grader.specs import mixed_precision_serial as serial

@@ -3,7 +3,7 @@
 `solutions/pN_*.py` is the single source. Each region between a `# BEGIN SOLUTION` line and an
 `# END SOLUTION` line (the nbgrader convention, stubs.py) becomes one `raise NotImplementedError(...)` line in the
 stub `puzzles/pN_*.py`; everything else (the story, the signature, the imports) is copied as is. The notebooks'
-cells come from the same files (notebook_file.py): puzzles.ipynb and puzzles-standalone.ipynb.
+cells come from the same files (notebooks/file.py): puzzles.ipynb and puzzles-standalone.ipynb.
 
 `build` never overwrites a learner's work: a stub whose body no longer matches the digest it was written with,
 and a notebook cell whose source no longer matches the digest recorded for it, are left alone and named

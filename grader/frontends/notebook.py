@@ -1,6 +1,6 @@
 """The notebook's check cell: `from grader.notebook import check; check("p3", globals())` grades the functions
 the puzzle's cell defined, on the simulator, and shows the result with its plots. (grader/notebook.py is the
-public name; the notebook file itself is made in notebook_file.py and read back in notebook_cells.py.)
+public name; the notebook file itself is made in notebooks/file.py and read back in notebooks/cells.py.)
 
 The cell shows the result and returns nothing, so that no `Out[N]: PuzzleResult(...)` follows it. Locations in
 the messages name the notebook's cells ("your p3 cell, line 5"), not the files the kernel compiled them into.

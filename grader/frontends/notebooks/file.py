@@ -11,7 +11,7 @@ introduction), each puzzle with its story (the puzzle file's docstring, as markd
 write), the stub in a code cell tagged with the puzzle id, and a check cell that grades the functions that cell
 defined and shows the result. Every cell has a stable id naming its role ("p3-story", "p3", "p3-check",
 "part-2"), which is how `build` finds the cells a learner edited (build.py) and how grading finds the answers
-when tags are lost (notebook_cells.py, which reads a notebook back).
+when tags are lost (cells.py, which reads a notebook back).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .cells import CHECK_MARK, INSTALL_MARK, TOUR_MARK, extract_to_folder, noteb
 from .story import story_markdown
 from ..stubs import stub_body
 
-# Reading a notebook back is notebook_cells.py's; batch and the tests take these names from here.
+# Reading a notebook back is cells.py's; batch and the tests take these names from here.
 __all__ = [
     "NOTEBOOK",
     "REPO_URL",
