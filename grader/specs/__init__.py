@@ -7,7 +7,7 @@
     checkpoint_taken_away.py             torch.utils.checkpoint switched off while p1 and p2 are graded
     mixed_precision_serial.py            p9's sizes, inputs, torch's GradScaler + Adam as the (teacher-forced)
                                          reference, the mistakes replayed, the comparison at a measured tolerance
-    optimizer_state.py                   p9: every tensor an optimizer object keeps, found whatever its style
+    optimizer_state.py                   p8, p9: every tensor an optimizer object keeps, found whatever its style
     gathered_weights.py                  p10: the watch that notes, at each collective, the gathered buffers
                                          alive and the bytes held
     three_d_layout.py, three_d_groups.py p11's rank layout, sizes and serial pieces; its process-group rules

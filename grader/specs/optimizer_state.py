@@ -1,9 +1,11 @@
-"""What an optimizer object keeps, read without knowing how it is written: p9's "skipped step" rule.
+"""What an optimizer object keeps, read without knowing how it is written: p9's "skipped step" rule and p8's
+"state in float64" rule.
 
 A skipped step must leave Adam's state as it was. The learner's class may keep m and v in lists, in one flat
 tensor, in a dict, or inside a torch.optim.Adam: so the state is every tensor reachable from the object's
 attributes, through lists, tuples, dicts (keys and values) and the attributes of other objects, named by the path
-that reaches it ("opt.m[0]", "opt.adam.state[<key 1>]['exp_avg']"). Tensors of one number (a scale, a counter,
+that reaches it ("opt.m[0]", "opt.adam.state[<key 1>]['exp_avg']"). The runtime's and the grader's objects are
+never entered: a `dist` kept on the optimizer leads to the world and every rank's memory. Tensors of one number (a scale, a counter,
 torch.optim.Adam's 'step') are left out: a skipped step may change the scale and the count of good steps.
 
 Runs on the rank, inside the grader's program, on both backends: the snapshot's clones are the rank's memory.
@@ -17,6 +19,11 @@ import torch
 
 MAX_DEPTH = 8  # deep enough for a torch.optim.Adam held by the learner's object (opt.adam.state[p]['exp_avg'])
 _SKIP = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType)
+_NOT_STATE = ("puzzles.sim", "grader", "torch.distributed")  # puzzles.sim* is the runtime, puzzles.simulator too
+
+
+def _enter(x) -> bool:
+    return not (type(x).__module__ or "").startswith(_NOT_STATE)
 
 
 def state_tensors(obj, name: str = "opt") -> list[tuple[str, torch.Tensor]]:
@@ -37,15 +44,25 @@ def state_tensors(obj, name: str = "opt") -> list[tuple[str, torch.Tensor]]:
                 label = f"<key {i}>" if isinstance(k, torch.Tensor) else repr(k)
                 walk(k, f"{path}.keys()[{i}]", depth + 1)
                 walk(v, f"{path}[{label}]", depth + 1)
-        elif isinstance(x, (list, tuple)):
-            for i, v in enumerate(x):
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            for i, v in enumerate(list(x)):
                 walk(v, f"{path}[{i}]", depth + 1)
-        elif hasattr(x, "__dict__") and not callable(x):
+        elif hasattr(x, "__dict__") and not callable(x) and _enter(x):
             for k, v in list(vars(x).items()):
                 walk(v, f"{path}.{k}", depth + 1)
 
     walk(obj, name, 0)
     return found
+
+
+def dtype_counts(obj) -> dict[str, int]:
+    """{dtype: elements} of the floating-point state tensors state_tensors() finds: p8's "state in float64"."""
+    counts: dict[str, int] = {}
+    for _, t in state_tensors(obj):
+        if t.is_floating_point():
+            name = str(t.dtype).replace("torch.", "")
+            counts[name] = counts.get(name, 0) + t.numel()
+    return counts
 
 
 def named_state(obj, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from ..core.compare import safe_diagnosis
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, communication_check, sized_like
 from ..core.spec import Observation, PuzzleSpec, check_layers
+from .optimizer_state import dtype_counts
 
 N, B, D, H, L, K_STEPS = 4, 32, 32, 64, 2, 3
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
@@ -58,41 +59,6 @@ def torch_adam(layers, batches, lr, betas, eps):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return [(w1.detach(), w2.detach()) for w1, w2 in zip(ws[::2], ws[1::2])]
-
-
-def state_dtypes(opt) -> dict[str, int]:
-    """{dtype: elements} of the floating-point tensors the optimizer keeps (more than one element each: a step
-    counter does not count), found in its attributes and in the dicts, lists and objects of the learner's or of
-    torch.optim that they hold, a few levels down; never in the runtime's objects (`dist`)."""
-    found: dict[str, int] = {}
-    seen: set[int] = set()
-
-    def walk(value, depth):
-        if id(value) in seen or depth > 4:
-            return
-        seen.add(id(value))
-        if isinstance(value, torch.Tensor):
-            if value.is_floating_point() and value.numel() > 1:
-                name = str(value.dtype).replace("torch.", "")
-                found[name] = found.get(name, 0) + value.numel()
-        elif isinstance(value, dict):
-            for item in list(value.values()):
-                walk(item, depth + 1)
-        elif isinstance(value, (list, tuple, set)):
-            for item in list(value):
-                walk(item, depth + 1)
-        elif hasattr(value, "__dict__") and not isinstance(value, type) and _learners_or_optims(value):
-            for item in list(vars(value).values()):
-                walk(item, depth + 1)
-
-    walk(opt, 0)
-    return found
-
-
-def _learners_or_optims(value) -> bool:
-    module = type(value).__module__ or ""
-    return not module.startswith(("puzzles", "grader", "torch.distributed", "builtins")) and (
-        not module.startswith("torch") or module.startswith("torch.optim"))
 
 
 def flat(layers) -> torch.Tensor:
@@ -140,7 +106,7 @@ class Zero(PuzzleSpec):
                         w.grad = None
                 states.append(probe.memory_now() - before)
             return {"layers": [(w1.detach(), w2.detach()) for w1, w2 in layers], "state_bytes": max(states),
-                    "state_per_step": states, "state_dtypes": state_dtypes(opt)}
+                    "state_per_step": states, "state_dtypes": dtype_counts(opt)}
 
         return run
 
