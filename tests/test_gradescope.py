@@ -171,9 +171,9 @@ def test_the_bundle_has_the_scripts_at_its_root_and_no_solutions(bundle):
 
 
 def test_the_bundle_command_refuses_bad_weights_and_existing_folders(tmp_path, capsys):
-    (tmp_path / "w.toml").write_text("[p9]\nweight = 1\n")
+    (tmp_path / "w.toml").write_text("[p13]\nweight = 1\n")
     assert cli.main(["gradescope", str(tmp_path / "b"), "--weights", str(tmp_path / "w.toml")]) == 2
-    assert "unknown key 'p9'" in capsys.readouterr().err
+    assert "unknown key 'p13'" in capsys.readouterr().err
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
     assert cli.main(["gradescope", str(tmp_path / "taken")]) == 2
@@ -256,3 +256,12 @@ def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_p
     assert seen["files"] == ["helpers/util.py", "p3_data_parallel.py"] and seen["links"] == []
     assert seen["args"] == (120.0, 4096, ["p3"], 1)
     valid(json.loads((root / "results" / "results.json").read_text()))
+
+
+@pytest.mark.parametrize("n", [3, 7, 12])
+def test_the_tests_maxima_add_up_to_the_total_whatever_the_number_of_puzzles(n):
+    """Gradescope's total is the sum of the maxima: 12 puzzles of 8.3333 would make 99.9996, not 100."""
+    maxima = gradescope.rounded_maxima([100 / n] * n)
+    assert sum(maxima) == pytest.approx(100, abs=1e-9), maxima
+    assert max(maxima) - min(maxima) <= 1e-4 + 1e-12, maxima
+    assert gradescope.score_of_test(100 / n, 100 / n, maxima[0]) == maxima[0]  # full marks are the maximum

@@ -94,7 +94,7 @@ def test_a_full_row_adds_up():
 
 
 @pytest.mark.parametrize("data, words", [
-    ({"p9": {"weight": 1}}, ["unknown key 'p9'", "p1"]),
+    ({"p13": {"weight": 1}}, ["unknown key 'p13'", "p1"]),
     ({"p3": {"weight": -1}}, ["[p3] weight", "at least 0"]),
     ({"p3": {"weight": True}}, ["[p3] weight"]),
     ({"total": 0}, ["total", "above 0"]),
