@@ -15,7 +15,7 @@ from puzzles.sim import CostModel
 
 from ..core.compare import ratio
 from ..core.result import Budget
-from ..core.rules import BOOKKEEPING_BYTES, communication_check, compute_check
+from ..core.rules import BOOKKEEPING_BYTES, communication_check, compute_check, sent
 from ..core.spec import Observation, PuzzleSpec, check_layers
 
 N, B, D, H, L, LR = 4, 32, 64, 256, 4, 0.1
@@ -88,7 +88,7 @@ class DataParallel(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         got = [r["layers"] for r in obs.results]
         budgets = self.budgets(inputs)
-        diagnose = lambda bad: self.diagnose(bad, obs.results, ref, inputs)  # noqa: E731
+        diagnose = lambda bad: self.diagnose(bad, obs, ref, inputs)  # noqa: E731
         return [check_layers("updated weights", got, ref["layers"], "updated weights", diagnose),
                 compute_check(obs, budgets["compute"], self.diagnose_compute, least=LEAST_FLOPS),
                 communication_check(obs, budgets["communication"], diagnose=self.diagnose_communication)]
@@ -117,8 +117,9 @@ class DataParallel(PuzzleSpec):
                     f"which send the same bytes)")
         return ""
 
-    def diagnose(self, bad, results, ref, inputs) -> str:
+    def diagnose(self, bad, obs: Observation, ref, inputs) -> str:
         """Name the likely mistake from the first mismatching weight's update, and from what w.grad holds."""
+        results = obs.results
         rank, index, which = bad[0].meta
         k = 0 if which == "w1" else 1
         w0 = inputs["layers"][index][k].detach()
@@ -161,7 +162,19 @@ class DataParallel(PuzzleSpec):
                     f"the result was never used (all-reduced a copy? updated before wait()?)")
         if f is not None:
             return f"the update of {bad[0].label} is exactly {f:.6g}x the serial one"
-        return ""
+        return self.diagnose_float32(delta, ref["layers"][index][k] - w0, obs)
+
+    @staticmethod
+    def diagnose_float32(delta, expected, obs: Observation) -> str:
+        """A float32 all-reduce: the update off by about float32's rounding, and every rank's all-reduces sent
+        exactly half of a float64 all-reduce of the gradients. Both, or nothing."""
+        off = ((delta - expected).abs().max() / expected.abs().max().clamp_min(1e-300)).item()
+        halves = all(sent(obs, r).get("all_reduce", (0, 0))[1] == ALL_REDUCE_BYTES // 2 for r in range(N))
+        if not (1e-10 < off < 1e-5 and halves):
+            return ""
+        return (f"the updates are off by about float32's rounding ({off:.1e} of the largest update) and every rank's "
+                f"all-reduces sent exactly half the bytes of a float64 all-reduce of the gradients: the gradients "
+                f"were communicated in float32. Reduce them in float64, the dtype of the weights")
 
 
 SPEC = DataParallel()
