@@ -28,10 +28,11 @@ def shard(layers, rank):
 # The right answer is in = ("id", "sum") (f) and out = ("sum", "id") (g); each common mistake changes one of them.
 
 ID, SUM, AVG, TWICE = ("id", 1), ("sum", 1), ("sum", 1 / N), ("sum", N)
+WITH_RESIDUAL = ("sum", 1, "residual")  # g's forward given x + branch: the residual is summed over the ranks too
 
 
 def _combine(mode, tensors):
-    op, k = mode  # (autograd hands backward zeros, never None, for outputs that got no gradient)
+    op, k = mode[:2]  # (autograd hands backward zeros, never None, for outputs that got no gradient)
     if op == "id":
         return [t * k if k != 1 else t.clone() for t in tensors]
     total = sum(tensors)
@@ -58,8 +59,10 @@ def replay(inputs, f_mode, g_mode):
     for i in range(L):
         ins = _Link.apply(*f_mode, *hs)
         partials = [F.gelu(ins[r] @ shards[r][i][0]) @ shards[r][i][1] for r in range(N)]
-        outs = _Link.apply(*g_mode, *partials)
-        hs = [h + o for h, o in zip(hs, outs)]
+        if g_mode[0] == WITH_RESIDUAL:
+            hs = list(_Link.apply(*g_mode, *[h + p for h, p in zip(hs, partials)]))
+        else:
+            hs = [h + o for h, o in zip(hs, _Link.apply(*g_mode, *partials))]
     sum(loss_fn(h, inputs["target"]) for h in hs).backward()  # the ranks' graphs meet only in _Link
     return [{"y": hs[r].detach(), "x_grad": xs[r].grad, "grads": [(w1.grad, w2.grad) for w1, w2 in shards[r]]}
             for r in range(N)]
@@ -89,6 +92,10 @@ FORWARD_MISTAKES = {
         (SUM, ID), (ID, SUM),
         "f and g are swapped: the input went through an all-reduce (summing the ranks' copies of x) and the "
         "partial outputs did not. f (identity forward) goes before w1, g (all-reduce forward) after w2"),
+    "residual_inside_g": (
+        (ID, SUM), (WITH_RESIDUAL, ID),
+        f"the residual went into g: g's forward all-reduced x + branch, so each block's output holds x {N} times (once "
+        f"per rank). g sums the partial outputs of the branch only; add the residual after it: x = x + g(branch)"),
 }
 
 BACKWARD_MISTAKES = {
