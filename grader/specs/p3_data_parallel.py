@@ -162,6 +162,11 @@ class DataParallel(PuzzleSpec):
                     f"the result was never used (all-reduced a copy? updated before wait()?)")
         if f is not None:
             return f"the update of {bad[0].label} is exactly {f:.6g}x the serial one"
+        own = ratio(delta, local)
+        if own is not None and abs(own - 1 / N) < 1e-6:
+            return (f"{bad[0].label} moved by rank {rank}'s own gradient divided by {N}: that gradient was divided by "
+                    f"the world size but never all-reduced (was its all-reduce, or the hook that issues it, left "
+                    f"out for this weight?)")
         return self.diagnose_float32(delta, ref["layers"][index][k] - w0, obs)
 
     @staticmethod
