@@ -273,11 +273,18 @@ DIFFERENCES = """
   handle keeps alive until it is dropped (the simulator does the same); the ledgers agreed on every measured run.
 - **Stricter or looser than the simulator.** The simulator is stricter on purpose: it names a deadlock at once
   (gloo hangs until its time limit, then the report names what each rank waited for), raises InFlightError for a
-  buffer used before `wait()` (gloo silently computes with a half-reduced buffer: `p7_divide_before_wait` fails
-  its values instead), and raises UnmatchedError for a message nobody received (gloo buffers it; the process
+  buffer used before `wait()` (gloo silently computes with a half-reduced buffer: `p7_divide_before_wait` and
+  `p7_hook_registered_twice` fail their values instead), and raises UnmatchedError for a message nobody received (gloo buffers it; the process
   group is discarded after each puzzle). gloo is stricter in one place: `all_gather_into_tensor` wants the
   output shaped like the inputs concatenated along dim 0, where the simulator (and NCCL) accept any output with N
   times the elements (`p2_column_shards` errors on gloo, fails its gradients on the simulator).
+- **Tampering is the simulator's verdict.** An answer that patches the grader or the simulator's ledger is
+  reported as tampered by the simulator backend, which fingerprints them around the run; on gloo the patched
+  objects are not the ones that judge (each rank reports to a parent that computes the verdict), so the same
+  answer just fails the checks it was trying to slip past (`p3_tolerance_patched`, `p6_ledger_peak_zeroed`) or
+  passes (`p7_free_communication` patched the simulator's clock, which gloo does not use;
+  `p1_reload_torch_checkpoint` gets back torch.utils.checkpoint, which only the simulator backend takes away).
+  Grading for credit (batch, Gradescope) and the CLI's default run on the simulator, where both are caught.
 - **DETAIL and point-to-point.** With TORCH_DISTRIBUTED_DEBUG=DETAIL, a collective's fingerprint carries a
   sequence number that point-to-point ops advance too; a collective after unequal numbers of sends and receives
   on the ranks is reported as a mismatch. So each puzzle runs in a fresh process group (in both launchers).
