@@ -98,31 +98,23 @@ def gloo_in_group(specs, folder: Path) -> dict:
 
 
 def wrong_answers(timeout: float) -> list[str]:
-    """Every tests/wrong answer on both backends (one group per world size): status and failing checks."""
-    wrong = REPO / "tests" / "wrong"
-    paths = sorted(wrong.glob("p*_*.py"))
+    """Every tests/wrong answer on both backends, graded as `check --backend torch` grades (real.grade_files: the
+    same source scan, import fingerprint and rank reports; one group per world size): status and failing checks."""
+    paths = sorted((REPO / "tests" / "wrong").glob("p*_*.py"))
+    answers = [(SPECS[p.stem.split("_")[0]], p) for p in paths]
     rows = ["| wrong answer | simulator | gloo | same? |", "| --- | --- | --- | --- |"]
-    for n in sorted({SPECS[p.stem.split("_")[0]].world_size for p in paths}):
-        group = [p for p in paths if SPECS[p.stem.split("_")[0]].world_size == n]
-        outcomes = real.run_tasks([real.PuzzleTask(p.stem.split("_")[0], str(p), SEED) for p in group], n,
-                                  timeout=timeout)
-        for path, outcome in zip(group, outcomes):
-            spec = SPECS[outcome.task.puzzle]
-            sim_result = grade_file(spec, path, SEED)
-            sim_failed = [c.name for c in sim_result.checks if not c.passed]
-            sim_text = _verdict(sim_result.status, sim_failed)
-            if outcome.ok:
-                result = grade_observation(spec, real.observation(outcome.payloads), spec.make_inputs(SEED))
-                only = [c.name for c in result.checks if c.simulator_only]
-                failed = [c.name for c in result.checks if not c.passed]
-                gloo_text = _verdict(result.status, failed)
-                gloo_text += f" ({', '.join(only)}: simulator only)" if only else ""
-                clock_aside = sorted(set(sim_failed) - set(only)) == sorted(failed) and sim_result.status != "error"
-            else:
-                gloo_text, clock_aside = _verdict(outcome.status, []), False
-            same = ("yes" if sim_text == gloo_text.split(" (")[0] else "yes, but for the clock checks" if clock_aside
-                    else "**no**")
-            rows.append(f"| {path.stem} | {sim_text} | {gloo_text} | {same} |")
+    for (spec, path), result in zip(answers, real.grade_files(answers, SEED, timeout=timeout)):
+        sim_result = grade_file(spec, path, SEED)
+        sim_failed = [c.name for c in sim_result.checks if not c.passed]
+        sim_text = _verdict(sim_result.status, sim_failed)
+        only = [c.name for c in result.checks if c.simulator_only]
+        failed = [c.name for c in result.checks if not c.passed]
+        gloo_text = _verdict(result.status, failed) + (f" ({', '.join(only)}: simulator only)" if only else "")
+        clock_aside = (result.checks and sorted(set(sim_failed) - set(only)) == sorted(failed)
+                       and sim_result.status != "error")
+        same = ("yes" if sim_text == gloo_text.split(" (")[0] else "yes, but for the clock checks" if clock_aside
+                else "**no**")
+        rows.append(f"| {path.stem} | {sim_text} | {gloo_text} | {same} |")
     return rows
 
 
@@ -208,8 +200,9 @@ def render(table: str, machine: str, cold_s: float, repeats: int, wrong: str = "
     wrong_section = f"""
 ## The deliberately wrong answers on both backends
 
-Every file of `tests/wrong/` (`--wrong`; seed {SEED}; a 5 s time limit on gloo): the status and the checks that
-failed. "simulator only" lists the clock checks gloo reports without making them.
+Every file of `tests/wrong/` (`--wrong`; seed {SEED}; a 5 s time limit on gloo), graded on gloo as `check --backend
+torch` grades (`real.grade_files`): the status and the checks that failed. "simulator only" lists the clock checks
+gloo reports without making them.
 
 {wrong}
 """ if wrong else ""
@@ -278,13 +271,11 @@ DIFFERENCES = """
   group is discarded after each puzzle). gloo is stricter in one place: `all_gather_into_tensor` wants the
   output shaped like the inputs concatenated along dim 0, where the simulator (and NCCL) accept any output with N
   times the elements (`p2_column_shards` errors on gloo, fails its gradients on the simulator).
-- **Tampering is the simulator's verdict.** An answer that patches the grader or the simulator's ledger is
-  reported as tampered by the simulator backend, which fingerprints them around the run; on gloo the patched
-  objects are not the ones that judge (each rank reports to a parent that computes the verdict), so the same
-  answer just fails the checks it was trying to slip past (`p3_tolerance_patched`, `p6_ledger_peak_zeroed`) or
-  passes (`p7_free_communication` patched the simulator's clock, which gloo does not use;
-  `p1_reload_torch_checkpoint` gets back torch.utils.checkpoint, which only the simulator backend takes away).
-  Grading for credit (batch, Gradescope) and the CLI's default run on the simulator, where both are caught.
+- **Tampering.** Both backends scan the answer's source for the grader's and the runtime's internals and
+  fingerprint what its import changes, so `p1_reload_torch_checkpoint`, `p3_tolerance_patched` and
+  `p7_free_communication` are "tampered" on both. `p6_ledger_peak_zeroed` overwrites the simulator's ledger
+  through the runtime it is handed; on gloo that ledger is not the one the rank's tracker keeps, so the cheat
+  changes nothing there and the answer fails the checks it meant to slip past (GPipe's order and memory).
 - **DETAIL and point-to-point.** With TORCH_DISTRIBUTED_DEBUG=DETAIL, a collective's fingerprint carries a
   sequence number that point-to-point ops advance too; a collective after unequal numbers of sends and receives
   on the ranks is reported as a mismatch. So each puzzle runs in a fresh process group (in both launchers).

@@ -46,12 +46,12 @@ The files of this folder:
 from __future__ import annotations
 
 from .compare import Comparison, compare
-from .grading import grade_folder, observation
+from .grading import grade_files, grade_folder, observation
 from .group import DEFAULT_TIMEOUT, TaskOutcome, run, run_tasks
 from .rank import FunctionTask, PuzzleTask, device_for, enable_debug_detail, execute
 from .reports import classify, describe_errors, describe_hang
 from .tracker import ProcessTracker
 
-__all__ = ["run", "run_tasks", "grade_folder", "observation", "PuzzleTask", "FunctionTask", "execute",
+__all__ = ["run", "run_tasks", "grade_files", "grade_folder", "observation", "PuzzleTask", "FunctionTask", "execute",
            "compare", "Comparison", "ProcessTracker", "DEFAULT_TIMEOUT", "TaskOutcome", "classify",
            "describe_errors", "describe_hang", "device_for", "enable_debug_detail"]

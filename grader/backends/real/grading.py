@@ -25,9 +25,8 @@ def observation(payloads, backend: str = "torch"):
                        backend=backend)
 
 
-def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", world_size: int | None = None,
-                 timeout: float | None = None, start_method=None, outcomes_out: list | None = None) -> list:
-    """Grade the puzzle files of `folder` on real processes: one group per world size, each puzzle in turn."""
+def grade_folder(folder: Path, specs, seed: int, *, world_size: int | None = None, **options) -> list:
+    """Grade the puzzle files of `folder` on real processes (grade_files' options)."""
     if world_size is not None:  # each puzzle's shards, inputs and budgets are sized for its own world size
         chosen = [s for s in specs if s.world_size == world_size]
         if not chosen:
@@ -35,42 +34,47 @@ def grade_folder(folder: Path, specs, seed: int, *, dist_backend: str = "gloo", 
             raise KeyError(f"no puzzle here is written for {world_size} ranks (ranks per puzzle: {sizes}); each "
                            f"puzzle's sizes and budgets fix its world size")
         specs = chosen
-    results: dict[str, PuzzleResult] = {}
+    return grade_files([(spec, folder / spec.filename) for spec in specs], seed, **options)
+
+
+def grade_files(answers, seed: int, *, dist_backend: str = "gloo", timeout: float | None = None, start_method=None,
+                outcomes_out: list | None = None) -> list[PuzzleResult]:
+    """Grade each (spec, file) of `answers` on real processes: one group per world size, the files in turn. A file
+    is checked as on the simulator before any process starts: internals named in its source, changes its import
+    makes (the fingerprint), and what each rank reports tampered with."""
+    results: list = [None] * len(answers)
     runnable, modules = [], {}
-    for spec in specs:
-        path = folder / spec.filename
+    for i, (spec, path) in enumerate(answers):
         found = internals_used(path.read_text(), path.name) if path.exists() else []
         if found:
-            results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+            results[i] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
             continue
         with spec.run_context():  # load once here too: a file that does not import fails here, with its message
             before = Fingerprint()  # the learner's module-level code runs here, in the grader's own process
-            loaded = untampered(spec, before, load_puzzle(spec, folder / spec.filename))
+            loaded = untampered(spec, before, load_puzzle(spec, path))
         if isinstance(loaded, PuzzleResult):
-            results[spec.id] = loaded
+            results[i] = loaded
         else:
-            runnable.append(spec)
-            modules[spec.id] = loaded
-    for n in sorted({s.world_size for s in runnable}):
-        group = [s for s in runnable if s.world_size == n]
-        tasks = [PuzzleTask(s.id, str(folder / s.filename), seed) for s in group]
-        limit = timeout or max(s.timeout for s in group)
+            runnable.append(i)
+            modules[i] = loaded
+    for n in sorted({answers[i][0].world_size for i in runnable}):
+        group = [i for i in runnable if answers[i][0].world_size == n]
+        tasks = [PuzzleTask(answers[i][0].id, str(answers[i][1]), seed) for i in group]
+        limit = timeout or max(answers[i][0].timeout for i in group)
         outcomes = run_tasks(tasks, n, backend=dist_backend, timeout=limit, start_method=start_method)
-        for spec, outcome in zip(group, outcomes):
+        for i, outcome in zip(group, outcomes):
+            spec = answers[i][0]
             if outcomes_out is not None:
                 outcomes_out.append(outcome)
             tampered = [t for p in outcome.payloads or () if p for t in p.get("tampering", ())]
             if tampered:
-                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED,
-                                                error=describe(sorted(set(tampered))))
+                results[i] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED,
+                                          error=describe(sorted(set(tampered))))
             elif outcome.status == "not_attempted":  # every rank stopped at a NotImplementedError: how far along?
-                results[spec.id] = not_implemented_result(spec, modules[spec.id], raised_not_implemented(outcome.error))
+                results[i] = not_implemented_result(spec, modules[i], raised_not_implemented(outcome.error))
             elif not outcome.ok:
-                results[spec.id] = PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=outcome.error)
+                results[i] = PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=outcome.error)
             else:
                 inputs = spec.make_inputs(seed)
-                results[spec.id] = grade_observation(spec, observation(outcome.payloads), inputs)
-    return [results[s.id] for s in specs]
-
-
-
+                results[i] = grade_observation(spec, observation(outcome.payloads), inputs)
+    return results
