@@ -13,13 +13,14 @@ COLOURS = {PASS: "#1a7f37", FAIL: "#cf222e", PARTIAL: "#9a6700", ERROR: "#cf222e
            GRADER_ERROR: "#6e7781", NOT_ATTEMPTED: "#6e7781"}
 
 
-def summary_line(r: PuzzleResult) -> str:
+def summary_line(r: PuzzleResult, width: int = 28) -> str:
+    """One puzzle's row of the console table; `width` is the title column's (the longest title of the table)."""
     made = [c for c in r.checks if not c.simulator_only]
     n_ok = sum(c.passed for c in made)
     detail = f"{n_ok}/{len(made)} checks" if r.checks else ""
     if len(made) < len(r.checks):
         detail += f" (+{len(r.checks) - len(made)} simulator only)"
-    return f"{r.id:<4} {r.title:<28} {BADGES.get(r.status, r.status):<14} {detail}"
+    return f"{r.id:<4} {r.title:<{width}} {BADGES.get(r.status, r.status):<14} {detail}".rstrip()
 
 
 def detail_lines(r: PuzzleResult, verbose: bool = False) -> list[str]:
@@ -42,8 +43,9 @@ def detail_lines(r: PuzzleResult, verbose: bool = False) -> list[str]:
 def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool = False, backend: str = "") -> str:
     on = f" on {backend}" if backend else ""
     out = [f"Grading {target}{on} (seed {seed}; reproduce with --seed {seed})", ""]
+    width = max([28] + [len(r.title) for r in results])
     for r in results:
-        out.append(summary_line(r))
+        out.append(summary_line(r, width))
         out += detail_lines(r, verbose)
     out += ["", counts_line(results)]
     if all(r.status == NOT_ATTEMPTED for r in results):
