@@ -141,9 +141,10 @@ def table(cases, rows, meta) -> str:
         "(`average_of_integers`). NCCL runs AVG too, so the simulator keeps it.",
         "- **Bitwise ops.** BAND, BOR and BXOR run on integer and bool tensors on both; on floats both raise.",
         "- **Strided tensors.** gloo copies strided tensors properly in `all_gather`, `all_gather_into_tensor` and "
-        "`reduce_scatter_tensor` (the *same values* cases in layouts), so the simulator accepts them there. NCCL "
-        "is stricter: torch's ProcessGroupNCCL refuses a non-contiguous tensor in every collective (\"Tensors must "
-        "be contiguous\"); this was not run here (no GPU).",
+        "`reduce_scatter_tensor` (the *simulator stricter* cases in layouts). NCCL is stricter: torch's "
+        "ProcessGroupNCCL refuses a non-contiguous tensor in every collective (\"Tensors must be contiguous\"), and "
+        "so does the simulator, so that an answer that passes here also runs on GPUs; NCCL was not run here (no "
+        "GPU).",
         "- **Waiting.** On gloo a send or recv handle says `is_completed()` only after `wait()` (measured: False "
         "0.4 s after the data arrived), and a second `wait()` on it never returns; the simulator does the same, "
         "and raises `WorkError` where gloo would hang. A dropped handle is `UnwaitedWorkError`: gloo lost the "
