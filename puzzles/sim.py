@@ -145,7 +145,7 @@ def current_ledger() -> Ledger | None:
 
 
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
-        timeout: float = 60.0, library_files=(), harness_files=(), make_fn=None) -> SimResult:
+        timeout: float = 60.0, library_files=(), harness_files=(), make_fn=None, charge_imports=True) -> SimResult:
     """Run `fn(dist, *args, *rank_args[rank])` on `world_size` simulated ranks and return a SimResult.
 
     args:      the same for every rank; each rank gets its own copy of every tensor in it (which counts on its ledger).
@@ -159,7 +159,9 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
     make_fn:   instead of one `fn` for every rank (pass fn=None), `make_fn(rank)` returns rank's fn, called in
                the rank's own thread before it runs: each rank can import its own copy of a module, as each real
                process does, so module-level state (a queue, a counter, a cache) is per rank. Tensors made then
-               belong to the rank, off its ledger.
+               by the module's own lines belong to the rank and are charged to its ledger; more than
+               guards.IMPORT_BYTES of them is a HiddenMemoryError. charge_imports=False leaves them off the ledger
+               (a module made of a notebook's cells, experiments included).
 
     An exception in a rank finishes it; the others run on until each returns, raises or waits for it, and the
     error of the first rank (in rank order) that raised is re-raised here, with a note naming the ranks.
@@ -169,6 +171,7 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
     if (fn is None) == (make_fn is None):
         raise ValueError("sim.run needs either fn or make_fn (not both)")
     world = World(world_size, cost or CostModel(), seed, timeout, library_files, harness_files)
+    world.charge_imports = charge_imports
     world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
     for ledger in world.ledgers:
         ledger.close()

@@ -209,3 +209,16 @@ def test_a_schedule_title_speaks_of_idle_time_only_where_time_is_graded():
         shown = texts(plots.schedule_figure(result))
         assert "compute idle" not in shown and "time is not graded in this puzzle" in shown
     assert "compute idle" in texts(plots.schedule_figure(p5))
+
+
+def test_a_notebooks_experiments_at_module_level_cost_nothing(tmp_path):
+    """A notebook graded as a file holds every code cell, a learner's experiments too (a batch made to try a
+    function out, its result kept in a global). Those tensors are the notebook's, not the answer's: they stay off
+    the ledger, as in the check cell, while a .py answer that makes a workspace at import is refused
+    (tests/test_real_backend.py)."""
+    nb = build_notebook(ROOT, solved=True)
+    nb.cells.append(new_cell("code", "trying-it-out", "import torch\nx_try = torch.randn(512, 512, dtype=torch.float64)\n"
+                             "y_try = x_try @ x_try\n"))
+    path = write(nb, tmp_path / "experiments.ipynb")
+    results = grade_target(path, ["p1", "p3", "p8"], seed=2)
+    assert [r.status for r in results] == [PASS] * 3, [(r.id, r.error) for r in results]

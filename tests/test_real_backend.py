@@ -28,13 +28,14 @@ from real_backend_helpers import rank_dies, rank_raises, ranks_mismatch
 
 from grader.backends import real
 from grader.backends.learner_code import load_module
-from grader.backends.simulator import observe
+from grader.backends.simulator import grade_file, observe
 from grader.core.grading import grade_observation
 from grader.core.result import NOT_ATTEMPTED, PASS
 from grader.frontends import cli
 from grader.frontends.stubs import stub
 from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
+from puzzles.simulator.memory import AT_IMPORT
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with gloo is not available")
@@ -197,3 +198,50 @@ def test_torchrun_launch_grades_on_real_processes():
     assert "torch.distributed (gloo, 4 processes started by torchrun)" in proc.stdout
     assert proc.stdout.count("PASS") == 2, proc.stdout
     assert "sim  bubble: simulator only" in proc.stdout
+
+
+MODULE_LEVEL = '''
+import torch
+
+SCRATCH = torch.zeros({n}, dtype=torch.float64)  # a module-level workspace
+
+
+class Cache:
+    kept = [torch.zeros(32, dtype=torch.float64)]  # 256 bytes on a class of the file
+
+
+def helper(x, out=torch.zeros(16, dtype=torch.float64)):  # 128 bytes as a default argument
+    return x
+'''
+
+
+def both_backends(tmp_path, n):
+    name = "p3_data_parallel.py"
+    (tmp_path / name).write_text((REPO / "solutions" / name).read_text() + MODULE_LEVEL.format(n=n))
+    spec, outcomes = SPECS["p3"], []
+    [on_gloo] = real.grade_files([(spec, tmp_path / name)], SEED, outcomes_out=outcomes)
+    return grade_file(spec, tmp_path / name, SEED), on_gloo, outcomes[0]
+
+
+def test_a_few_module_level_numbers_are_charged_on_both_backends(tmp_path):
+    """A mask or a few constants at module level are fine, and are memory the rank holds from its start: both
+    backends charge them (the simulator, every storage the file's lines make at import; the real backend, the
+    tensors the module holds: globals, class attributes, default arguments)."""
+    on_sim, on_gloo, outcome = both_backends(tmp_path, 64)
+    assert on_sim.status == PASS and on_gloo.status == PASS, (on_sim.error, on_gloo.error)
+    simulated = observe(SPECS["p3"], load_module(tmp_path / "p3_data_parallel.py"), SPECS["p3"].make_inputs(SEED),
+                        SEED)
+    for r in range(SPECS["p3"].world_size):
+        for backend, ledger in (("simulator", simulated.ledgers[r]), ("gloo", outcome.payloads[r]["ledger"])):
+            at_import = sum(e["bytes"] for e in ledger["peak_by_line"] if AT_IMPORT in e["site"])
+            assert at_import == (64 + 32 + 16) * 8, f"rank {r} on the {backend}: {at_import} bytes charged at import"
+
+
+def test_a_workspace_made_at_import_is_refused_on_both_backends(tmp_path):
+    """A buffer made at module level would escape the budgets that measure from the call on (p1's checkpoints,
+    p8's optimizer state): more than 1 KiB of them is an error that names it, on both backends."""
+    on_sim, on_gloo, _ = both_backends(tmp_path, 4096)
+    for backend, result in (("simulator", on_sim), ("gloo", on_gloo)):
+        assert result.status == "error", (backend, result.status)
+        assert "HiddenMemoryError" in result.error and "33,152 bytes of tensors at import" in result.error, result.error
+        assert "make tensors inside your functions" in result.error, result.error

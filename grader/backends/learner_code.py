@@ -26,6 +26,20 @@ HARNESS_FILES = tuple(str(p) for p in GRADER_DIR.rglob("*.py"))  # the grader's 
 _counter = itertools.count()
 
 
+# The first line of a puzzle file made from a notebook's cells (frontends/notebooks/cells.py). Such a file holds
+# every code cell, the learner's experiments too (a tensor made to try a function out), so the tensors its import
+# makes are the notebook's, not the answer's: they stay off the ledger, as in the notebook's own check cell.
+NOTEBOOK_MARK = "as Run All runs them (generated for grading)"
+
+
+def made_from_notebook(path) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return NOTEBOOK_MARK in f.readline()
+    except (OSError, UnicodeDecodeError, TypeError):
+        return False
+
+
 class TargetError(Exception):
     """The learner's file could not be loaded (missing, a syntax error, an import that fails)."""
 

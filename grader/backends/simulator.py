@@ -15,7 +15,8 @@ from ..core.grading import grade_observation
 from ..core.result import ERROR, TAMPERED, PuzzleResult
 from ..core.spec import Observation, PuzzleSpec
 from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_exception, learner_source,
-                           load_module_for_rank, load_puzzle, namespace_copy_for_rank, not_implemented_result)
+                           load_module_for_rank, load_puzzle, made_from_notebook, namespace_copy_for_rank,
+                           not_implemented_result)
 from .tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 
 
@@ -37,7 +38,8 @@ def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
     args, rank_args = spec.launch(inputs)
     result = sim.run(None, spec.world_size, make_fn=rank_programs(spec, module), args=args, rank_args=rank_args,
                      cost=spec.cost, seed=seed, timeout=spec.timeout, library_files=[model.__file__],
-                     harness_files=HARNESS_FILES)
+                     harness_files=HARNESS_FILES,
+                     charge_imports=not made_from_notebook(getattr(module, "__file__", None)))
     problems = audit(result, spec)
     if problems:
         raise Tampered("; ".join(problems))

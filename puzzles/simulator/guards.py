@@ -5,6 +5,8 @@ Python list or a bytes object would hold them where no ledger looks, and every m
 meaningless. None of the puzzles needs such copies, so while a run is on, a rank that makes one gets a
 HiddenMemoryError naming its line. Small conversions stay fine: up to SMALL numbers at once (split sizes, a
 count, a logged loss), and up to ITEMS numbers read one by one with `.item()`, `float(t)` or `int(t)` per rank.
+The same goes for tensors made at module level when a rank imports the learner's file: more than IMPORT_BYTES of
+them is a HiddenMemoryError (check_import), since the memory checks measure from the call of the function on.
 
 Outside the ranks (the grader, a notebook cell) nothing changes: the guard asks `current()` who is calling, and
 lets everyone but a rank's own code through. The methods are patched on torch's classes only while a run is on.
@@ -20,6 +22,7 @@ from .types import HiddenMemoryError, _desc
 
 SMALL = 64  # numbers a rank may turn into Python data at once
 ITEMS = 4096  # numbers a rank may read one at a time (.item(), float(t), storage[i]) in a run
+IMPORT_BYTES = 1024  # bytes of tensors a rank's copy of the learner's file may make at import (a mask, constants)
 
 # (class, method, what it makes): the ways a tensor's or a storage's contents leave torch.
 _WAYS = [
@@ -120,3 +123,19 @@ def uninstall(current) -> None:
             else:
                 setattr(cls, name, own)
         _saved.clear()
+
+
+def check_import(rank: int, made: list[tuple[str, int]]) -> None:
+    """Refuse a file that made more than IMPORT_BYTES of tensors at import, [(where, bytes)]. The puzzles measure a
+    rank's memory from the call of the learner's function on (p1's checkpoints, p8's optimizer state: what the
+    rank holds beyond what it held before), so a buffer made at module level would escape those budgets."""
+    total = sum(nbytes for _, nbytes in made)
+    if total <= IMPORT_BYTES:
+        return
+    where = "; ".join(f"{site}: {nbytes:,} bytes" for site, nbytes in sorted(made, key=lambda m: -m[1])[:3])
+    raise HiddenMemoryError(
+        f"rank {rank}'s copy of your file made {total:,} bytes of tensors at import ({where}). The puzzles measure "
+        f"a rank's memory from the call of your function on, so a buffer made at module level would escape their "
+        f"budgets: make tensors inside your functions (or keep them on the object the puzzle asks for). Up to "
+        f"{IMPORT_BYTES:,} bytes at module level (a mask, a few constants) are fine.")
+

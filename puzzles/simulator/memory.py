@@ -121,6 +121,11 @@ class SiteFinder:
         return f"{site}  [backward: {node.name()}]" if node is not None else site
 
 
+# What a tensor made while the rank imported the learner's file is charged as: memory the rank holds from its start
+# (a module-level workspace or cache is memory like any other; both backends charge it).
+AT_IMPORT = "[module level: made when the rank imported the file]"
+
+
 def place_inputs(value, copy_tensor, memo: dict | None = None):
     """The harness's arguments as one rank receives them: every tensor in `value` (nested in lists, tuples,
     namedtuples, dicts) replaced by `copy_tensor(t)`, the same tensor twice by the same copy; the rest as is."""

@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import guards
 from .clock import follow_labels, op_dtype, op_flops, phase
+from .memory import AT_IMPORT
 from .types import IsolationError, _Abort
 
 if TYPE_CHECKING:
@@ -72,11 +73,14 @@ class _RankMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if world.aborted:  # the run has stopped: this rank's thread must unwind, whatever it catches
             raise _Abort
-        if me.loading:  # the rank's own module being imported (sim.run's make_fn): its tensors, off the ledger
+        if me.loading:  # the rank's own module being imported (sim.run's make_fn): its tensors, on its ledger
             out = func(*args, **kwargs)
+            site = world.sites.here()
+            learners = world.charge_imports and site != "?" and not site.startswith("[harness]")  # (a notebook's
+            # module is copied, not imported: those copies are the grader's lines, off the ledger)
             for t in _tensors_out(out):
                 try:
-                    world.storage.adopt(t.untyped_storage(), me.rank, "loading the rank's module", charge=False)
+                    world.storage.adopt(t.untyped_storage(), me.rank, f"{site}  {AT_IMPORT}", charge=learners)
                 except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
                     pass
             return out

@@ -34,7 +34,7 @@ from .dist import SimDist
 from .failures import _FINISHED, _Failures, _async_raise, _keep_stopping, _note
 from .handles import _Handles
 from .matching import _Matching
-from .memory import Ledger, SiteFinder, StorageTracker, describe_frame, place_inputs, private_copy
+from .memory import AT_IMPORT, Ledger, SiteFinder, StorageTracker, describe_frame, place_inputs, private_copy
 from .mode import _RankMode
 from .types import ProcessGroup, TimeLimitError, UnmatchedError, Work, _Abort, _desc
 
@@ -55,7 +55,7 @@ class _RankState:
         self.go = threading.Lock()
         self.go.acquire()  # held: the rank's thread blocks on it until the baton is handed over
         self.thread: threading.Thread | None = None
-        self.loading = False  # making the rank's own fn (sim.run's make_fn): its tensors are its own, off the ledger
+        self.loading = False  # making the rank's own fn (sim.run's make_fn): its tensors are its own, charged to it
         self.clock = RankClock()
         self.seq: dict[int, int] = {}  # group id -> number of collectives this rank has called on it
         self.labels: list[str] = []  # active record_function names
@@ -82,6 +82,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.ledgers = [Ledger(r, (lambda s=s: s.clock.compute)) for r, s in enumerate(self.ranks)]
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files, harness_files)
+        self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
         for r in self.ranks:
             r.site = self.sites.here
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
@@ -238,15 +239,21 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
 
     def _make_fn(self, me: _RankState, make_fn):
         """The rank's own fn, made in its own thread: a module imported here (sim.run's make_fn) is this rank's,
-        as each real process imports its own. Its tensors belong to the rank but stay off the ledger and its random
-        draws leave the rank's stream alone, as the real backend imports the module before it starts measuring."""
+        as each real process imports its own. The tensors its lines make belong to the rank and are charged to its
+        ledger from the start; more than guards.IMPORT_BYTES of them is refused (guards.check_import). Its random
+        draws leave the rank's stream alone. (A notebook's module is copied here, not imported: the copies of its
+        globals are made by the grader's lines, and stay off the ledger.)"""
         me.loading = True
         try:
-            return make_fn(me.rank)
+            fn = make_fn(me.rank)
         finally:
             me.loading = False
             with self.untracked(me):
                 torch.set_rng_state(me.rng)
+        if self.charge_imports:
+            made = self.ledgers[me.rank].live_by_line()  # nothing else is on the ledger yet: the inputs come next
+            guards.check_import(me.rank, [(site.replace(f"  {AT_IMPORT}", ""), nbytes) for site, nbytes, _ in made])
+        return fn
 
     def _rank_main(self, me: _RankState, fn, make_fn, args) -> None:
         self._local.rank = me.rank

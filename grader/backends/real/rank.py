@@ -44,12 +44,14 @@ class PuzzleTask:
     @contextlib.contextmanager
     def prepared(self, rank: int, world_size: int):
         from ...specs import SPECS
-        from ..learner_code import load_module
+        from ..learner_code import load_module, made_from_notebook
 
         spec = SPECS[self.puzzle]
         with spec.run_context():
             self.before = Fingerprint()  # before the learner's file is loaded: import-time changes count too
             module = load_module(Path(self.path))
+            # its module-level tensors are charged once the tracker exists (execute), unless it is a notebook's
+            self.module = None if made_from_notebook(self.path) else module
             inputs = spec.make_inputs(self.seed)
             args, rank_args = spec.launch(inputs)
             per_rank = tuple(rank_args[rank]) if rank_args is not None else ()
@@ -136,6 +138,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
                     torch.set_default_device(device)
                 guards.install(tracker.guard_caller)
                 with tracker:
+                    tracker.charge_module(getattr(task, "module", None))
                     placed = tracker.place(tuple(args))
                     result = fn(dist, *placed)
                     tracker.ledger.close()  # what the rank holds as it returns, its inputs included

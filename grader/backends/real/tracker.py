@@ -5,9 +5,11 @@ See this folder's __init__.py for the whole picture."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sys
+import types
 
 import torch
 import torch.distributed as dist
@@ -15,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from puzzles.simulator import guards
 from puzzles.simulator.clock import CostModel, Event, RankClock, follow_labels, op_dtype, op_flops, phase
-from puzzles.simulator.memory import Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
+from puzzles.simulator.memory import AT_IMPORT, Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
 
 
 PLACED_SITE = "input placed on the rank by the launcher"
@@ -214,6 +216,23 @@ class ProcessTracker(TorchDispatchMode):
         finally:
             self.untracked = False
 
+    def charge_module(self, module) -> None:
+        """Charge the tensors the learner's module made at import, as the simulator does (there, every storage
+        the import makes; here, imported before the tracker exists, the tensors reachable from the module:
+        its globals, their containers and objects, its classes' attributes, its functions' defaults and
+        closures)."""
+        made, seen = [], set()
+        for name, t in module_tensors(module):
+            try:
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+                continue
+            if storage._cdata not in seen:
+                seen.add(storage._cdata)
+                self.storage.adopt(storage, self.rank, f"{name}  {AT_IMPORT}")
+                made.append((f"{name} (a global of your file)", storage.nbytes()))
+        guards.check_import(self.rank, made)
+
     def place(self, value):
         """A private copy of the harness's tensors on this rank (on its device), charged to its ledger."""
         def copy_tensor(t):
@@ -293,4 +312,41 @@ class ProcessTracker(TorchDispatchMode):
                                        peers=peers, site=site, label=self.labels[-1] if self.labels else ""))
         return out
 
+
+def module_tensors(module, depth: int = 6) -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) for every tensor a module holds: in its globals, in the lists, tuples, dicts, sets and deques
+    they hold, in the attributes of objects and classes defined in it, in its functions' defaults and closures."""
+    if module is None:
+        return []
+    home = getattr(module, "__name__", None)
+    found, seen = [], set()
+
+    def walk(x, path, level):
+        if id(x) in seen or level > depth:
+            return
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            found.append((path, x))
+        elif isinstance(x, dict):
+            for k, v in list(x.items()):
+                walk(v, f"{path}[{k!r}]", level + 1)
+        elif isinstance(x, (list, tuple, set, frozenset, collections.deque)):
+            for i, v in enumerate(list(x)):
+                walk(v, f"{path}[{i}]", level + 1)
+        elif isinstance(x, types.FunctionType) and x.__module__ == home:
+            for i, v in enumerate((x.__defaults__ or ()) + tuple((x.__kwdefaults__ or {}).values())):
+                walk(v, f"{path}'s default {i}", level + 1)
+            for i, cell in enumerate(x.__closure__ or ()):
+                try:
+                    walk(cell.cell_contents, f"{path}'s closure {i}", level + 1)
+                except ValueError:  # an empty cell
+                    pass
+        elif (isinstance(x, type) and x.__module__ == home) or getattr(type(x), "__module__", None) == home:
+            for k, v in list((getattr(x, "__dict__", None) or {}).items()):  # (an object with __slots__ has none)
+                walk(v, f"{path}.{k}", level + 1)
+
+    for name, value in list(vars(module).items()):
+        if not name.startswith("__"):
+            walk(value, name, 0)
+    return found
 

@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...backends.learner_code import NOTEBOOK_MARK
 from ...specs import SPECS
 
 # How the generated cells that are not the learner's are known: by id, or by text when the ids are gone.
@@ -160,7 +161,7 @@ def learner_cells(nb) -> tuple[list[LearnerCell], list[str]]:
 def puzzle_file(cells: list[LearnerCell], puzzle_id: str, notebook: str) -> PuzzleFile:
     """One puzzle's file: the learner's cells in order (those that parse, and the puzzle's own cells whatever
     they hold), after the imports the notebook's tour made."""
-    header = f'"""{puzzle_id}, from {notebook}: its code cells in order, as Run All runs them (generated for grading)."""'
+    header = f'"""{puzzle_id}, from {notebook}: its code cells in order, {NOTEBOOK_MARK}."""'
     lines = [header, *PREAMBLE.splitlines()]
     spans = []
     for cell in cells:
