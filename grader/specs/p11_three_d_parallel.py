@@ -97,7 +97,8 @@ class ThreeDParallel(PuzzleSpec):
         grad_pairs, input_pairs = self.value_pairs(obs, ref)
         groups = groups_check(obs)
         tp = group_communication_check(obs, budgets["tensor-parallel communication"], "tensor-parallel communication",
-                                       tp_ranks, "tensor-parallel", diagnose_tp_bytes)
+                                       tp_ranks, "tensor-parallel",
+                                       lambda r, by_kind, totals: diagnose_tp_bytes(obs, r, by_kind, totals))
         tp_sent = self.sent_on(obs, tp_ranks)
         dp = group_communication_check(obs, budgets["data-parallel communication"], "data-parallel communication",
                                        dp_ranks, "data-parallel",

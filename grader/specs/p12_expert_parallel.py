@@ -209,10 +209,11 @@ class ExpertParallel(PuzzleSpec):
         message = (f"rank {r} sent {fmt(totals[r], 'bytes')} ({describe_sent(by_rank[r])}), "
                    f"{'within' if not over else 'over'} the budget {budget.describe()}. Per rank: {shown}")
         return Check("communication", not over, message, measured=totals[r], budget=budget,
-                     diagnosis=safe_diagnosis(self.diagnose_sent, r, by_rank[r], totals, inputs) if over else "")
+                     diagnosis=safe_diagnosis(self.diagnose_sent, r, by_rank[r], totals, inputs,
+                                              [flops(obs, q) for q in range(N)]) if over else "")
 
     @staticmethod
-    def diagnose_sent(rank: int, by_kind, totals, inputs) -> str:
+    def diagnose_sent(rank: int, by_kind, totals, inputs, computed) -> str:
         if any(k.startswith(("all_gather", "broadcast")) for k in by_kind):
             return ("tokens or weights were gathered onto every rank: expert parallelism sends each token only to "
                     "its expert's rank, with all_to_all_single in uneven splits, and the results back")
@@ -223,10 +224,14 @@ class ExpertParallel(PuzzleSpec):
                     f"buffers padded to the capacity. Send the counts first, then only the tokens kept")
         dropped = dropped_rows(inputs["counts"])
         if any(dropped) and all(sized_like(x, {"dropped": d * ROW}) for x, d in zip(extra, dropped)):
+            # whether they were then dropped or computed where they arrived, the experts' FLOPs say
+            there = ("sent and dropped where they arrived" if computed == [compute_of(q) for q in range(N)] else
+                     "sent and computed where they arrived (see expert compute): the capacity was applied nowhere"
+                     if all(c >= compute_of(q) for q, c in enumerate(computed)) else "sent")
             return ("every rank's excess is exactly the tokens over capacity: the ones it routed to other ranks' "
                     "experts, sent, and the results of the ones other ranks routed to its experts, sent back, in "
-                    "forward and backward: tokens over capacity were sent and dropped where they arrived. Drop them "
-                    f"where they are ({DROPPED} per rank here): a dropped token never leaves its rank")
+                    f"forward and backward: tokens over capacity were {there}. Drop them where they are "
+                    f"({DROPPED} per rank here): a dropped token never leaves its rank")
         beyond = extra[rank]  # the counts included
         return (f"rank {rank} sent {beyond:,} bytes ({beyond / ROW:.1f} token rows) beyond the tokens that leave it and "
                 f"the results it returns") if beyond > 0 else ""

@@ -111,15 +111,34 @@ def diagnose_groups(obs: Observation, events: list[dict], returned: list[str]) -
     return ""
 
 
-def diagnose_tp_bytes(rank: int, by_kind, totals) -> str:
+def tp_bytes_by_phase(obs: Observation, rank: int) -> dict[str, int]:
+    """{"forward": bytes, "backward": bytes} the rank sent on its tensor-parallel pair (a phase is where the op was
+    issued: inside autograd's backward or not)."""
+    pair = tp_ranks(rank)
+    out = {"forward": 0, "backward": 0}
+    for e in obs.events_of(rank, "comm"):
+        if e["kind"] != "send" and [int(r) for r in e["peers"]] == pair:
+            out["backward" if e["phase"] == "backward" else "forward"] += e["wire_bytes"]
+    return out
+
+
+def diagnose_tp_bytes(obs: Observation, rank: int, by_kind, totals) -> str:
     excess = totals[rank] - TP_BYTES  # beyond what the activations' all-reduces send
     if sized_like(excess, {"gradients": W_RANK}):
         return ("the tensor-parallel group also carried this rank's gradients (one all-reduce of W/(p·t) = "
                 f"{W_RANK:,} bytes): the gradients' all-reduce belongs on the data-parallel group, where the other "
                 "replica holds the same slice of the same weights")
-    if sized_like(excess, {"forwards again": TP_BYTES // 2}):
-        return ("the tensor-parallel group carried each microbatch's forward all-reduces twice (m·(L/p) more of "
-                "[4, 64]): every stage forward ran again, as recomputation does (see compute)")
+    if sized_like(excess, {"one phase twice": TP_BYTES // 2}):  # which phase, the events say
+        phases = tp_bytes_by_phase(obs, rank)
+        if phases["forward"] == TP_BYTES // 2 and sized_like(phases["backward"] - TP_BYTES // 2, {"x": TP_BYTES // 2}):
+            return ("the tensor-parallel group carried twice the backward all-reduces (m·(L/p) more of [4, 64], "
+                    "all inside backward) and the forward ones once: g's backward all-reduces too (it is the "
+                    "identity: both ranks of the pair already hold the whole dL/dy), or f's backward all-reduces "
+                    "twice. One all-reduce per block each way: g's forward and f's backward")
+        if phases["backward"] == TP_BYTES // 2 and sized_like(phases["forward"] - TP_BYTES // 2, {"x": TP_BYTES // 2}):
+            return ("the tensor-parallel group carried each microbatch's forward all-reduces twice (m·(L/p) more of "
+                    "[4, 64], all outside backward): every stage forward ran again, as recomputation does (see "
+                    "compute), or f's forward all-reduces too")
     if any(k.startswith(("all_gather", "broadcast")) for k in by_kind):
         return ("weights (or activations) were gathered within the tensor-parallel group: tensor parallelism keeps "
                 "each weight split and moves only the [4, 64] activations, one all-reduce per block each way")
