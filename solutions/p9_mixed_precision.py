@@ -10,6 +10,9 @@ The checks, with their numbers (sizes: d=32, h=64, L=2 blocks, so Ψ = 2·L·d·
   - skipped step: step 4 changes nothing: the master weights, the float16 weights and every tensor of more than
     one number that your optimizer keeps (Adam's m and v) are bit for bit what they were before it.
   - loss scale: get_scale() after each step is 1,024, 2,048, 2,048, 1,024, 1,024, 2,048.
+  - both again in a second run, on a fresh optimizer and the first three batches, the second made to overflow:
+    step 2 changes nothing and the scales are 1,024, 512, 512 (the overflow is found from the gradients, not
+    from the step's number).
   - parameter bytes: right after the first step, the bytes your rank holds for the parameters are exactly
     16·Ψ = 131,072 bytes (+ 1,024 for scalars): 2 + 2 + 4 + 4 + 4 = 16 bytes per weight.
 

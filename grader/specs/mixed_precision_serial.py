@@ -51,6 +51,17 @@ def scales_after_each_step(overflows) -> list[float]:
 
 EXPECTED_SCALES = scales_after_each_step([step == OVERFLOW_STEP for step in range(1, K_STEPS + 1)])
 
+# A second, shorter run on a fresh optimizer, whose overflow comes at another step: a skip or a scale tied to the
+# step's number (the text's step 4) instead of to the gradients fails it.
+PROBE_STEPS, PROBE_OVERFLOW = 3, 2
+PROBE_SCALES = scales_after_each_step([step == PROBE_OVERFLOW for step in range(1, PROBE_STEPS + 1)])
+
+
+def probe_batches(xs, targets) -> list:
+    """The second run's batches: the first PROBE_STEPS of the run's, the PROBE_OVERFLOW-th made to overflow."""
+    return [(x, t * OVERFLOW_TARGET if step == PROBE_OVERFLOW else t)
+            for step, (x, t) in enumerate(zip(xs[:PROBE_STEPS], targets[:PROBE_STEPS]), 1)]
+
 
 def make_inputs(seed: int) -> dict:
     x, target = make_batch(B * K_STEPS, D, seed)
@@ -76,7 +87,7 @@ def _steps(inputs, forward_masters):
     return [(x, t, [w for pair in fm for w in pair]) for (x, t), fm in zip(batches, forward_masters)]
 
 
-def torch_reference(inputs, forward_masters=None) -> dict:
+def torch_reference(inputs, forward_masters=None, overflow_step=OVERFLOW_STEP) -> dict:
     """torch.optim.Adam on the float32 masters, torch.amp.GradScaler deciding each step, on float16 copies: the
     master weights after each step, the scales, and which steps overflowed.
 
@@ -103,9 +114,9 @@ def torch_reference(inputs, forward_masters=None) -> dict:
         adam.zero_grad(set_to_none=True)
         scales.append(scaler.get_scale())
         weights.append([(w1.detach().clone(), w2.detach().clone()) for w1, w2 in _pairs(masters)])
-    expected = [step == OVERFLOW_STEP for step in range(1, K_STEPS + 1)]
+    expected = [step == overflow_step for step in range(1, len(overflows) + 1)]
     if forward_masters is None and overflows != expected:  # the inputs make exactly that step overflow, any seed
-        raise AssertionError(f"p9's inputs overflowed at steps {overflows}, not only at step {OVERFLOW_STEP}")
+        raise AssertionError(f"p9's inputs overflowed at steps {overflows}, not only at step {overflow_step}")
     return {"weights": weights, "scales": scales, "overflows": overflows}
 
 

@@ -52,6 +52,9 @@ class MixedPrecision(PuzzleSpec):
         return make_inputs(seed)
 
     def reference(self, inputs):
+        batches = serial.probe_batches(inputs["xs"], inputs["targets"])
+        probe = {"layers": inputs["layers"], "xs": [x for x, _ in batches], "targets": [t for _, t in batches]}
+        serial.torch_reference(probe, overflow_step=serial.PROBE_OVERFLOW)  # (it asserts where the overflow is)
         return serial.torch_reference(inputs)
 
     def launch(self, inputs):
@@ -64,6 +67,7 @@ class MixedPrecision(PuzzleSpec):
         def run(dist, layers, lr, betas, eps, init_scale, growth_interval, xs, targets):
             masters = {f"layers[{i}].{n}": w for i, pair in enumerate(layers) for n, w in zip(("w1", "w2"), pair)}
             master_bytes = sum(w.untyped_storage().nbytes() for w in masters.values())
+            initial = [(w1.detach().clone(), w2.detach().clone()) for w1, w2 in layers]  # for the second run
             before = probe.memory_now()
             opt = optimizer(layers, lr, betas, eps, init_scale, growth_interval)
             out = {"weights": [], "scales": [], "skipped": None, "halves": [serial.half_mismatch(opt.half_layers,
@@ -92,6 +96,9 @@ class MixedPrecision(PuzzleSpec):
                 for pair in opt.half_layers:
                     for w in pair:
                         w.grad = None
+            del opt
+            out["probe"] = second_run(optimizer, initial, lr, betas, eps, init_scale, growth_interval,
+                                      serial.probe_batches(xs, targets))
             return out
 
         return run
@@ -115,6 +122,17 @@ class MixedPrecision(PuzzleSpec):
 
     def check_skipped(self, res) -> Check:
         changed = res.get("skipped") or []
+        second = (res.get("probe") or {}).get("skipped")
+        if not changed and (second is None or second):
+            what = ("changed " + "; ".join(f"{c['path']} ({c['changed']:,} of {c['numel']:,} entries)"
+                                           for c in second[:3])) if second else "did not run"
+            return Check("skipped step", False,
+                         f"step {OVERFLOW_STEP} was skipped, but in a second run on a fresh optimizer, whose batch "
+                         f"{serial.PROBE_OVERFLOW} of {serial.PROBE_STEPS} overflows, step {serial.PROBE_OVERFLOW} "
+                         f"{what}",
+                         diagnosis=("the skip follows the step's number, not the gradients: find the overflow "
+                                    "from the unscaled gradients (torch.isfinite on each), at whatever step it "
+                                    "comes") if second else "")
         if not changed:
             return Check("skipped step", True, f"step {OVERFLOW_STEP} (gradients overflowed) changed none of the "
                          f"master weights and none of the tensors your optimizer keeps (read before and after its "
@@ -144,6 +162,16 @@ class MixedPrecision(PuzzleSpec):
         ok = got == expected
         shown = ", ".join(f"{s:,.0f}" if isinstance(s, float) else str(s) for s in got)
         wanted = ", ".join(f"{s:,.0f}" for s in expected)
+        second = list((res.get("probe") or {}).get("scales") or [])
+        if ok and second != serial.PROBE_SCALES:
+            return Check("loss scale", False,
+                         f"get_scale() after each step: {shown}, as expected; but in a second run on a fresh "
+                         f"optimizer, whose batch {serial.PROBE_OVERFLOW} of {serial.PROBE_STEPS} overflows: "
+                         f"{', '.join(f'{s:,.0f}' if isinstance(s, float) else str(s) for s in second) or 'nothing'}; "
+                         f"expected "
+                         f"{', '.join(f'{s:,.0f}' for s in serial.PROBE_SCALES)}",
+                         diagnosis="the scale follows the step's number, not the overflow: halve it when the "
+                                   "unscaled gradients hold inf or NaN, at whatever step that comes")
         if ok:
             return Check("loss scale", True, f"get_scale() after each step: {shown}, as torch.amp.GradScaler "
                          f"gives (x2 after 2 good steps in a row, /2 at the overflow of step {OVERFLOW_STEP})")
@@ -207,3 +235,27 @@ def diagnose_bytes(held) -> str:
 
 
 SPEC = MixedPrecision()
+
+
+def second_run(optimizer, layers, lr, betas, eps, init_scale, growth_interval, batches) -> dict:
+    """A fresh optimizer over batches whose overflow comes at step PROBE_OVERFLOW: the scales after each step and
+    what the overflowing step changed."""
+    masters = {f"layers[{i}].{n}": w for i, pair in enumerate(layers) for n, w in zip(("w1", "w2"), pair)}
+    opt = optimizer(layers, lr, betas, eps, init_scale, growth_interval)
+    scales, skipped = [], None
+    for step, (x, target) in enumerate(batches, 1):
+        loss = loss_fn(forward(x, opt.half_layers).float(), target)
+        opt.scale(loss).backward()
+        del loss
+        if step == serial.PROBE_OVERFLOW:
+            taken = snapshot(opt, masters)
+        opt.step()
+        if step == serial.PROBE_OVERFLOW:
+            skipped = changes(taken, opt, masters)
+            del taken
+        scales.append(as_number(opt.get_scale()))
+        for pair in opt.half_layers:
+            for w in pair:
+                w.grad = None
+    return {"scales": scales, "skipped": skipped}
+
