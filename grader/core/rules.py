@@ -118,10 +118,11 @@ def off_group(obs: Observation, collective_groups, send_peers) -> list[dict]:
     return off
 
 
-def sent_on_group(obs: Observation, rank: int, peers) -> dict[str, tuple[int, int]]:
-    """What `rank` sent in collectives on the group of global ranks `peers`: {kind: (calls, wire bytes)}."""
+def sent_on_group(obs: Observation, rank: int, peers, phase: str | None = None) -> dict[str, tuple[int, int]]:
+    """What `rank` sent in collectives on the group of global ranks `peers` (in `phase` if given, as `sent`):
+    {kind: (calls, wire bytes)}."""
     by_kind: dict[str, tuple[int, int]] = {}
-    for e in obs.events_of(rank, "comm"):
+    for e in obs.events_of(rank, "comm", phase=phase):
         if e["kind"] in ("send", "recv", "new_group") or [int(r) for r in e["peers"]] != list(peers):
             continue
         calls, nbytes = by_kind.get(e["kind"], (0, 0))

@@ -160,16 +160,13 @@ class MixedPrecision(PuzzleSpec):
         got = list(res.get("scales") or [])
         expected = list(EXPECTED_SCALES)
         ok = got == expected
-        shown = ", ".join(f"{s:,.0f}" if isinstance(s, float) else str(s) for s in got)
-        wanted = ", ".join(f"{s:,.0f}" for s in expected)
+        shown, wanted = scales_text(got), scales_text(expected)
         second = list((res.get("probe") or {}).get("scales") or [])
         if ok and second != serial.PROBE_SCALES:
             return Check("loss scale", False,
                          f"get_scale() after each step: {shown}, as expected; but in a second run on a fresh "
                          f"optimizer, whose batch {serial.PROBE_OVERFLOW} of {serial.PROBE_STEPS} overflows: "
-                         f"{', '.join(f'{s:,.0f}' if isinstance(s, float) else str(s) for s in second) or 'nothing'}; "
-                         f"expected "
-                         f"{', '.join(f'{s:,.0f}' for s in serial.PROBE_SCALES)}",
+                         f"{scales_text(second) or 'nothing'}; expected {scales_text(serial.PROBE_SCALES)}",
                          diagnosis="the scale follows the step's number, not the overflow: halve it when the "
                                    "unscaled gradients hold inf or NaN, at whatever step that comes")
         if ok:
@@ -235,6 +232,10 @@ def diagnose_bytes(held) -> str:
 
 
 SPEC = MixedPrecision()
+
+
+def scales_text(scales) -> str:
+    return ", ".join(f"{s:,.0f}" if isinstance(s, float) else str(s) for s in scales)
 
 
 def second_run(optimizer, layers, lr, betas, eps, init_scale, growth_interval, batches) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..core.compare import safe_diagnosis
 from ..core.result import Check, fmt
-from ..core.rules import off_group, sized_like
+from ..core.rules import off_group, sent_on_group, sized_like
 from ..core.spec import Observation
 from .three_d_layout import (DP_BYTES, EXPECTED_GROUPS, GROUP_NAMES, TP_BYTES, W_RANK, WORLD, M, P, T, coords,
                              dp_ranks, other_layouts, pp_ranks, rank_of, tp_ranks)
@@ -114,12 +114,8 @@ def diagnose_groups(obs: Observation, events: list[dict], returned: list[str]) -
 def tp_bytes_by_phase(obs: Observation, rank: int) -> dict[str, int]:
     """{"forward": bytes, "backward": bytes} the rank sent on its tensor-parallel pair (a phase is where the op was
     issued: inside autograd's backward or not)."""
-    pair = tp_ranks(rank)
-    out = {"forward": 0, "backward": 0}
-    for e in obs.events_of(rank, "comm"):
-        if e["kind"] != "send" and [int(r) for r in e["peers"]] == pair:
-            out["backward" if e["phase"] == "backward" else "forward"] += e["wire_bytes"]
-    return out
+    return {phase: sum(b for _, b in sent_on_group(obs, rank, tp_ranks(rank), phase).values())
+            for phase in ("forward", "backward")}
 
 
 def diagnose_tp_bytes(obs: Observation, rank: int, by_kind, totals) -> str:
@@ -128,14 +124,14 @@ def diagnose_tp_bytes(obs: Observation, rank: int, by_kind, totals) -> str:
         return ("the tensor-parallel group also carried this rank's gradients (one all-reduce of W/(p·t) = "
                 f"{W_RANK:,} bytes): the gradients' all-reduce belongs on the data-parallel group, where the other "
                 "replica holds the same slice of the same weights")
-    if sized_like(excess, {"one phase twice": TP_BYTES // 2}):  # which phase, the events say
-        phases = tp_bytes_by_phase(obs, rank)
-        if phases["forward"] == TP_BYTES // 2 and sized_like(phases["backward"] - TP_BYTES // 2, {"x": TP_BYTES // 2}):
+    if sized_like(excess, {"one phase twice": TP_BYTES // 2}):  # which phase, the events say (they add up to
+        phases = tp_bytes_by_phase(obs, rank)                      # totals[rank]: the other phase has the excess)
+        if phases["forward"] == TP_BYTES // 2:
             return ("the tensor-parallel group carried twice the backward all-reduces (m·(L/p) more of [4, 64], "
                     "all inside backward) and the forward ones once: g's backward all-reduces too (it is the "
                     "identity: both ranks of the pair already hold the whole dL/dy), or f's backward all-reduces "
                     "twice. One all-reduce per block each way: g's forward and f's backward")
-        if phases["backward"] == TP_BYTES // 2 and sized_like(phases["forward"] - TP_BYTES // 2, {"x": TP_BYTES // 2}):
+        if phases["backward"] == TP_BYTES // 2:
             return ("the tensor-parallel group carried each microbatch's forward all-reduces twice (m·(L/p) more of "
                     "[4, 64], all outside backward): every stage forward ran again, as recomputation does (see "
                     "compute), or f's forward all-reduces too")
