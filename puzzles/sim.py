@@ -21,9 +21,11 @@ How it works, in four ideas:
 3. **Each rank has its own memory.** Every op a rank runs is seen by a TorchDispatchMode: it records which rank
    owns each storage (an op that uses another rank's tensor raises IsolationError: data moves only by
    communication) and charges new storages to the rank's memory ledger (simulator/memory.py).
-4. **Each rank has a clock** with a compute and a communication stream (simulator/clock.py). Compute costs FLOPs,
-   messages cost latency + bytes/bandwidth, a collective starts when its last participant arrives, an async op
-   runs on the comm stream and `wait()` joins it to the compute stream. Ticks are integers.
+4. **Each rank has a clock** with a compute stream and a communication queue (simulator/clock.py). Every op
+   costs its roofline time, max(FLOPs / FLOP rate, bytes / memory bandwidth) plus a launch (simulator/cost.py,
+   op_costs.py); messages cost latency + bytes/bandwidth; each rank's communication runs in the order it was
+   issued, a collective starts when its last participant arrives, an async op runs on the communication queue
+   and `wait()` joins it to the compute stream. Ticks are integers. `sim.tally()` shows what any code costs.
 
 The simulator, file by file, in puzzles/simulator/ (read collectives.py first to learn what each collective does):
 
@@ -37,7 +39,10 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/failures.py     a rank's own error, which thread may call dist
     simulator/mode.py         the dispatch mode that watches every op of a rank (ideas 3 and 4)
     simulator/memory.py       the memory ledger
-    simulator/clock.py        the clock and the cost model
+    simulator/clock.py        the clock: a compute stream and a communication queue per rank
+    simulator/cost.py         the cost model: the device profile (roofline) and the network (alpha-beta)
+    simulator/op_costs.py     what each op costs: its FLOPs and bytes
+    simulator/tally.py        what a piece of code costs, outside a run
     simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
@@ -70,7 +75,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .simulator.clock import CostModel, Event
+from .simulator.clock import Event
+from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
+from .simulator.op_costs import OpCost, op_cost
+from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, DeadlockError, HiddenMemoryError,
                               InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
@@ -79,7 +87,8 @@ from .simulator.types import (AutogradWriteError, CollectiveMismatchError, Deadl
 from .simulator.world import World, _active
 
 __all__ = [
-    "run", "current_ledger", "SimResult", "CostModel", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
+    "run", "current_ledger", "SimResult", "CostModel", "DeviceProfile", "PUZZLE_GPU", "OpCost", "op_cost", "Tally",
+    "tally", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
     "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",

@@ -6,10 +6,10 @@ from grader.core.rules import communication_check, compute_check, most_held, siz
 from grader.core.spec import Observation
 
 
-def event(rank, stream, kind, start, end, flops=0, wire_bytes=0, phase=""):
+def event(rank, stream, kind, start, end, flops=0, wire_bytes=0, phase="", products=None, op=""):
     return {"rank": rank, "stream": stream, "kind": kind, "start": start, "end": end, "flops": flops,
             "nbytes": wire_bytes, "wire_bytes": wire_bytes, "label": "", "phase": phase, "peers": (), "site": "",
-            "ops": 1}
+            "ops": 1, "product_flops": flops if products is None else products, "op": op}
 
 
 def observation(events, ranks=2):
@@ -37,7 +37,21 @@ def test_compute_check_has_a_ceiling_and_a_floor():
                          diagnose=lambda r, fwd, bwd: f"rank {r}: {fwd}+{bwd}")
     assert not over.passed and over.diagnosis == "rank 1: 0+400"
     under = compute_check(observation([event(0, "compute", "forward", 0, 1, 100)]), budget, least=50)
-    assert not under.passed and "without matmuls" in under.diagnosis and "rank 1" in under.message
+    assert not under.passed and "skipped" in under.diagnosis and "rank 1" in under.message
+
+
+def test_the_floor_counts_products_only_so_products_written_out_of_elements_fail_it():
+    """A rank that computes its share's FLOPs in elementwise multiplies and sums meets the ceiling (every op
+    counts) but not the floor (none of them are products), and the diagnosis says what it did."""
+    budget = Budget("compute", "share", 1000, "count")
+    written_out = observation([event(0, "compute", "forward", 0, 9, 950, products=50, op="mul x3, sum x3"),
+                               event(1, "compute", "forward", 0, 1, 950, products=900)])
+    check = compute_check(written_out, budget, least=900)
+    assert not check.passed and "rank 0" in check.message and "50 of them in matrix products" in check.message
+    assert "written as elementwise multiplies and sums" in check.diagnosis, check.diagnosis
+    padded = observation([event(0, "compute", "forward", 0, 9, 1900, products=950)], ranks=1)
+    check = compute_check(padded, budget, least=900)  # dummy matmuls on top of elementwise products: over
+    assert not check.passed and "over the budget" in check.message
 
 
 def test_communication_counts_what_each_rank_sends_in_the_phase_asked():

@@ -11,10 +11,13 @@ read collectives.py.
     handles.py      work handles: tensors in flight until wait(), wait() once, every handle waited for
     deadlock.py     what a stuck run looks like: each rank's pending call, its lines, what it last computed
     failures.py     a rank's own error (the others run on), which thread may call dist, stopping stuck threads
-    mode.py         the TorchDispatchMode that sees every op of a rank: isolation, memory, FLOPs
+    mode.py         the TorchDispatchMode that sees every op of a rank: isolation, memory, its cost on the clock
     guards.py       inside a rank, tensors stay tensors: no numpy, list or bytes copies the ledger cannot see
     memory.py       the memory ledger (bytes alive per rank, the peak, who allocated it)
-    clock.py        the clock and the cost model (compute and communication streams, in integer ticks)
+    clock.py        the clock: a compute stream and a communication queue per rank (issue order), in ticks
+    cost.py         the cost model: the device profile (a roofline) and the network (latency and bandwidth)
+    op_costs.py     what each aten op costs: its FLOPs and the bytes it reads and writes
+    tally.py        what a piece of code costs on the simulated GPU, outside any run (sim.tally)
 
 Data flows one way: learner code -> dist.py -> world.py/matching.py -> collectives.py moves the data ->
 memory.py and clock.py record it -> sim.run returns it. These modules meet each other only through imports

@@ -1,114 +1,37 @@
-"""The simulated clock: what a compute op or a message costs, in whole ticks.
+"""The simulated clock: a compute stream and a communication queue per rank, in whole ticks.
 
-Every rank has two streams, as a GPU does:
+Every rank has them, as a GPU does:
 
     compute  |==fwd==|==fwd==|====bwd====|      |==update==|
     comm     |       |       |==all_reduce (async)==|
-                                                   ^ wait() joins the streams
+                                                   ^ wait() joins the two
 
-A compute op costs its FLOPs over a FLOP rate. A message costs a latency plus its bytes over a bandwidth, and
-a collective costs what the ring algorithm that NCCL and gloo use would cost. Times are integers (ticks), so
-19.9 never prints as 19.90000000000001 and the timeline is the same on every run and every machine.
+Every op a rank runs is laid on its compute stream, one after the other, at its roofline cost (cost.py; what
+each op costs is in op_costs.py). Consecutive ops of the same phase, label and line of the learner's code merge
+into one event, so a chart shows "forward F3 at line 42" rather than forty kernels.
 
-Think of a tick as a nanosecond: the defaults below are then a 1 TFLOP/s device, 1 µs per message and 10 GB/s
-links. A puzzle sets its own `CostModel` and prints it in its text.
+Communication runs in the order each rank issued it, as NCCL runs a rank's operations on its stream:
+
+    - a send starts after every send the rank issued before it, a receive after every earlier receive (links are
+      full duplex: a rank sends to its right and receives from its left at once, as the ring algorithm does);
+    - a collective starts after everything the rank issued before it, and everything after waits for it;
+    - a transfer starts when both ends have issued it, a collective when its last participant has.
+
+An op is placed on the clock once it is matched and every op issued before it on each of its ranks has been
+placed, so the order in which the simulator happens to match calls never changes a time. `wait()` returns once
+its op is placed, and moves the compute stream to the op's end: that is how overlap shows as a shorter makespan.
 """
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import torch
-from torch.utils.flop_counter import flop_registry
 
-
-@dataclass(frozen=True)
-class CostModel:
-    """The constants of the simulated machine.
-
-    flops_per_tick: how many floating-point operations a rank computes in one tick.
-    latency_ticks:  the fixed cost of one message (alpha), paid once per ring step of a collective.
-    bytes_per_tick: the bandwidth of one link (1/beta).
-    half_precision_speedup: how many times faster an op computes in float16 or bfloat16 than in float32/64.
-                    1 by default: half precision is then no faster, only smaller (it halves the bytes the ledger
-                    and the links see). A GPU's tensor cores make it several times faster; a puzzle that wants
-                    that on the clock says so in its cost model.
-
-    Formulas, for a buffer of n bytes and a group of N ranks (alpha = latency, beta = 1/bandwidth):
-
-        send/recv       alpha + n*beta
-        all_reduce      2(N-1)*alpha + 2(N-1)/N * n*beta     (reduce-scatter then all-gather)
-        all_gather      (N-1)*alpha + (N-1)/N * n*beta       n = the gathered (full) buffer
-        reduce_scatter  (N-1)*alpha + (N-1)/N * n*beta       n = the input (full) buffer
-        broadcast       (N-1)*alpha + n*beta                 (pipelined along the ring)
-        barrier         2(N-1)*alpha                         (an all_reduce of nothing)
-        all_to_all      (N-1)*alpha + n*beta                 n = the most bytes any rank sends or receives
-                                                             from the others (pairwise exchanges, N-1 steps)
-
-    A group of one rank communicates with nobody and costs nothing. Bandwidth terms are rounded up to a whole tick;
-    `bytes_per_tick=None` makes them zero (free messages, for exact textbook figures such as a pipeline's bubble).
-    """
-
-    flops_per_tick: int = 1000
-    latency_ticks: int = 1000
-    bytes_per_tick: int | None = 10  # None: infinite bandwidth, a message costs its latency only
-    half_precision_speedup: int = 1
-
-    def __post_init__(self):
-        if self.flops_per_tick <= 0 or self.latency_ticks < 0 or self.half_precision_speedup < 1 or (
-                self.bytes_per_tick is not None and self.bytes_per_tick <= 0):
-            raise ValueError(f"CostModel needs positive rates and a non-negative latency, got {self}")
-
-    def compute_ticks(self, flops: int, dtype: torch.dtype | None = None) -> int:
-        rate = self.flops_per_tick
-        if dtype in (torch.float16, torch.bfloat16):
-            rate *= self.half_precision_speedup
-        return -(-flops // rate)
-
-    def comm_ticks(self, kind: str, nbytes: int, group_size: int) -> int:
-        """Ticks that one communication op occupies the comm stream of every rank taking part."""
-        n, a = group_size, self.latency_ticks
-        if kind in ("send", "recv"):
-            return a + self._wire(nbytes)
-        if n <= 1:
-            return 0
-        if kind == "all_reduce":
-            return 2 * (n - 1) * a + self._wire(Fraction(2 * (n - 1) * nbytes, n))
-        if kind in ("all_gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
-            return (n - 1) * a + self._wire(Fraction((n - 1) * nbytes, n))
-        if kind == "broadcast":
-            return (n - 1) * a + self._wire(nbytes)
-        if kind == "barrier":
-            return 2 * (n - 1) * a
-        if kind in ("all_to_all_single", "all_to_all"):
-            return (n - 1) * a + self._wire(nbytes)
-        if kind == "new_group":
-            return 0
-        raise ValueError(f"no cost formula for {kind!r}")
-
-    def wire_bytes(self, kind: str, nbytes: int, group_size: int) -> int:
-        """Bytes each rank sends under the ring algorithm (the 'communication volume' of the ZeRO paper)."""
-        n = group_size
-        if kind in ("send", "recv", "broadcast", "all_to_all_single", "all_to_all"):
-            return nbytes  # an all-to-all's caller passes what this rank sends to the others
-        if n <= 1:
-            return 0
-        if kind == "all_reduce":
-            return _ceil(Fraction(2 * (n - 1) * nbytes, n))
-        if kind in ("all_gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
-            return _ceil(Fraction((n - 1) * nbytes, n))
-        return 0
-
-    def _wire(self, nbytes) -> int:
-        if self.bytes_per_tick is None:
-            return 0
-        return _ceil(Fraction(nbytes) / self.bytes_per_tick)
-
-
-def _ceil(x: Fraction) -> int:
-    return math.ceil(x)
+# The cost model lives in cost.py and op_costs.py; these names are the clock's public face.
+from .cost import PUZZLE_GPU, CostModel, DeviceProfile  # noqa: F401
+from .op_costs import FREE, PRODUCTS, OpCost, op_cost  # noqa: F401
 
 
 def record_function_ops() -> tuple[set, set]:
@@ -146,35 +69,10 @@ def phase() -> str:
     return "backward" if torch._C._current_autograd_node() is not None else "forward"
 
 
-_FORMULAS: dict = {}
-
-
 def op_dtype(out) -> torch.dtype | None:
     """The dtype an op computed in (its first output's), for the half-precision rate of the cost model."""
     first = out[0] if isinstance(out, (list, tuple)) and out else out
     return first.dtype if isinstance(first, torch.Tensor) else None
-
-
-def op_flops(func, args, kwargs, out) -> int:
-    """FLOPs of one aten op, by the formulas `torch.utils.flop_counter` registers (matmuls, convolutions,
-    attention). Every other op (elementwise, reductions, copies) counts zero, as in PyTorch's FlopCounterMode."""
-    entry = _FORMULAS.get(func)
-    if entry is None:
-        formula = flop_registry.get(func.overloadpacket)
-        # Most formulas are wrapped to turn tensors into shapes with pytree, which is slow: unwrap and do it here.
-        entry = _FORMULAS[func] = (getattr(formula, "__wrapped__", None), formula)
-    on_shapes, raw = entry
-    if on_shapes is not None:
-        return int(on_shapes(*map(_shape, args), out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))
-    return int(raw(*args, **kwargs, out_val=out)) if raw is not None else 0
-
-
-def _shape(x):
-    if isinstance(x, torch.Tensor):
-        return x.shape
-    if isinstance(x, (list, tuple)):
-        return type(x)(_shape(v) for v in x)
-    return x
 
 
 @dataclass
@@ -186,10 +84,15 @@ class Event:
     label:  the innermost `torch.profiler.record_function(...)` name active when it ran ("" if none), so a
             learner can name microbatches ("F3", "B3") or phases ("recompute") and see them on the chart.
     phase:  for comm ops, "forward" or "backward" (issued inside autograd's backward or not).
+    flops, bytes: for compute, the FLOPs and the bytes read and written of its ops (op_costs.py);
+    product_flops: the FLOPs of those ops that are products (matmuls, attention), the rest being elementwise
+            ops, reductions and copies.
     nbytes: for comm ops, the size of the buffer (the full buffer for all_gather/reduce_scatter);
     wire_bytes: what each rank sends under the ring algorithm.
     peers:  the global ranks of the group, or (src, dst) for point-to-point.
-    site:   the learner's line that issued a comm op.
+    site:   the learner's line that issued the op (for compute: the line its first op came from).
+    ops:    how many aten ops the event holds; op: what they were ("mm x4, gelu x2").
+    issued: for comm ops, the compute stream's tick when the rank issued it (it may start later).
     """
 
     rank: int
@@ -205,6 +108,10 @@ class Event:
     peers: tuple = ()
     site: str = ""
     ops: int = 1
+    bytes: int = 0
+    op: str = ""
+    issued: int = 0
+    product_flops: int = 0
 
     @property
     def ticks(self) -> int:
@@ -214,25 +121,142 @@ class Event:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+def describe_ops(counts: dict[str, int]) -> str:
+    """'mm x4, gelu x2, add x2': the ops of a merged compute event, most frequent first."""
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def charge_compute(clock: RankClock, rank: int, cost_model: CostModel, cost: OpCost, func, out, labels: list,
+                   site) -> int:
+    """Lay one op of a rank's own code on its compute stream; return the FLOPs it counts. The harness's own ops
+    (the grader's lines around the learner's: zeroing gradients, keeping results) cost nothing: they are not the
+    answer's work. A backward the harness starts runs through the answer's graph, so it is charged."""
+    where, kind = site(), phase()
+    if kind == "forward" and where.startswith("[harness]"):
+        return 0
+    ticks = cost_model.compute_ticks(cost, op_dtype(out))
+    clock.run_compute(rank, ticks, cost, kind, labels[-1] if labels else "", func.overloadpacket.__name__, where)
+    return cost.flops
+
+
+@dataclass
+class Queued:
+    """One rank's part in one communication op, from the moment it was issued until the op is on the clock.
+
+    `op` is set when the op is matched (the data has moved): the entries of every rank taking part, the ticks it
+    takes, and the lanes it uses. `event` holds what the rank's Event will say."""
+
+    rank: int
+    issued: int
+    work: object
+    event: dict
+    lanes: tuple[str, ...]  # ("send",), ("recv",) or ("send", "recv") for a collective
+    op: QueuedOp | None = None
+
+
+@dataclass
+class QueuedOp:
+    entries: list[Queued]
+    ticks: int
+
+
 @dataclass
 class RankClock:
-    """The two streams of one rank: the tick at which each is next free."""
+    """The compute stream and the communication queue of one rank.
+
+    compute: the tick at which the compute stream is next free.
+    comm:    the tick at which the last communication op placed on this rank ends.
+    lanes:   for each direction ("send", "recv"), the ops issued but not placed yet, in issue order, and the tick
+             at which the lane is next free.
+    """
 
     compute: int = 0
     comm: int = 0
     events: list = field(default_factory=list)
+    pending: dict = field(default_factory=lambda: {"send": deque(), "recv": deque()})
+    free: dict = field(default_factory=lambda: {"send": 0, "recv": 0})
     _last_compute: Event | None = field(default=None, repr=False)
+    _last_ops: dict = field(default_factory=dict, repr=False)
 
-    def run_compute(self, rank: int, ticks: int, flops: int, kind: str, label: str) -> None:
-        """Advance the compute stream by one op; consecutive ops of the same kind and label merge into one event."""
+    def run_compute(self, rank: int, ticks: int, cost: OpCost, kind: str, label: str, name: str,
+                    site: str = "") -> None:
+        """Advance the compute stream by one op (`name`, from the learner's line `site`). It joins the previous
+        event if that one ends where it starts and has the same kind, label and site."""
         start = self.compute
         self.compute = start + ticks
         last = self._last_compute
-        if last is not None and last.end == start and last.kind == kind and last.label == label:
+        if last is not None and last.end == start and (last.kind, last.label, last.site) == (kind, label, site):
             last.end = self.compute
-            last.flops += flops
+            last.flops += cost.flops
+            last.bytes += cost.bytes
+            last.product_flops += cost.flops if cost.kind in PRODUCTS else 0
             last.ops += 1
+            self._last_ops[name] = self._last_ops.get(name, 0) + 1
+            last.op = describe_ops(self._last_ops)
             return
-        ev = Event(rank, "compute", kind, start, self.compute, flops=flops, label=label)
+        ev = Event(rank, "compute", kind, start, self.compute, flops=cost.flops, bytes=cost.bytes, label=label,
+                   site=site, op=name, product_flops=cost.flops if cost.kind in PRODUCTS else 0)
         self.events.append(ev)
         self._last_compute = ev
+        self._last_ops = {name: 1}
+
+    # ---- the communication queue
+
+    def issue(self, entry: Queued) -> None:
+        for lane in entry.lanes:
+            self.pending[lane].append(entry)
+
+    def at_head(self, entry: Queued) -> bool:
+        return all(self.pending[lane] and self.pending[lane][0] is entry for lane in entry.lanes)
+
+    def blocking(self, entry: Queued) -> Queued | None:
+        """The op issued before `entry` on one of its lanes that has not been placed yet (what holds it back)."""
+        for lane in entry.lanes:
+            if self.pending[lane] and self.pending[lane][0] is not entry:
+                return self.pending[lane][0]
+        return None
+
+
+def place_out_of_order(clocks: list[RankClock], op: QueuedOp) -> None:
+    """Place a matched op now, ahead of ops its ranks issued before it that are not matched yet, because a rank
+    waits for it and nothing else can move: the earlier op waits, directly or not, for this one to complete.
+    gloo runs such a program; on NCCL, whose streams run each rank's operations in issue order, it would hang
+    (the caller says so in the run's warnings)."""
+    start = max(max(e.issued, *(clocks[e.rank].free[lane] for lane in e.lanes)) for e in op.entries)
+    _place(clocks, op, start)
+
+
+def _place(clocks: list[RankClock], op: QueuedOp, start: int) -> None:
+    end = start + op.ticks
+    for e in op.entries:
+        c = clocks[e.rank]
+        for lane in e.lanes:
+            c.pending[lane].remove(e)
+            c.free[lane] = end
+        c.comm = max(c.comm, end)
+        c.events.append(Event(e.rank, "comm", start=start, end=end, issued=e.issued, **e.event))
+        e.work._finish(end)
+    for e in op.entries:  # placed: drop the links between the entries and their op (a reference cycle)
+        e.op = e.work = None
+
+
+def place_ready(clocks: list[RankClock], from_ranks) -> None:
+    """Place on the clock every matched op whose entries are each first in their rank's lanes, and whatever that
+    frees, until nothing more can be placed. An op starts when every rank has issued it and its lanes are free
+    on every rank; it ends `ticks` later on all of them."""
+    todo = deque(dict.fromkeys(from_ranks))
+    while todo:
+        rank = todo.popleft()
+        clock = clocks[rank]
+        for lane in ("send", "recv"):
+            if not clock.pending[lane]:
+                continue
+            head = clock.pending[lane][0]
+            op = head.op
+            if op is None or not all(clocks[e.rank].at_head(e) for e in op.entries):
+                continue
+            start = max(max(e.issued, *(clocks[e.rank].free[lane_] for lane_ in e.lanes)) for e in op.entries)
+            todo.extend(e.rank for e in op.entries)
+            _place(clocks, op, start)
+            todo.append(rank)
+            break

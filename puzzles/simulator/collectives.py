@@ -145,6 +145,8 @@ class _Call:
         self.reads, self.writes, self.nbytes = list(reads), list(writes), nbytes
         self.__dict__.update(fields)
         self.rank = self.issued = self.work = self.site = None
+        self.label = ""  # the record_function label active when the rank called it
+        self.queued = None  # its place in the rank's communication queue (clock.Queued)
 
 
 @dataclass
@@ -175,6 +177,8 @@ class _P2P:
     work: Work
     phase: str = ""
     callers: tuple = ()  # the learner's lines that called the function that posted it (a helper's callers)
+    label: str = ""  # the record_function label active when it was posted
+    queued: object = None  # its place in the rank's communication queue (clock.Queued)
 
     def accepts(self, send: _P2P) -> bool:  # self is a recv
         return (send.peer == self.rank and (self.peer is None or self.peer == send.rank)

@@ -32,7 +32,7 @@ class _Diagnosis:
                 lines.append(f"rank {r.rank}: has returned{last}")
             else:
                 waited_elsewhere = r.wait_site and r.wait_site != r.waiting.site
-                lines.append(f"rank {r.rank}: waits in {r.waiting._describe()}"
+                lines.append(f"rank {r.rank}: waits in {self._waiting_in(r.waiting)}"
                              + (_lines("blocked in wait() at", r.wait_site, r.wait_callers) if waited_elsewhere
                                 else ""))
         for a in self.ranks:
@@ -54,6 +54,23 @@ class _Diagnosis:
                          f"send, recv or collective that its partners make?")
         return DeadlockError("every rank that has not returned is blocked, so none can ever proceed:\n  "
                              + "\n  ".join(lines) + ("\n" + "\n".join(hints) if hints else ""))
+
+    def _waiting_in(self, work) -> str:
+        """What a handle waits for. An op that has been matched (its data has moved) but is queued behind an op
+        its rank issued before it, not matched yet, waits for that one: a rank's communication runs in issue
+        order (clock.py)."""
+        entry = work._queued
+        if entry is None or entry.op is None:
+            return work._describe()
+        for e in entry.op.entries:
+            ahead = self.ranks[e.rank].clock.blocking(e)
+            if ahead is not None and ahead.work is not None:
+                what = getattr(work, "issued_as", work.what)
+                return (f"its {what} (at {work.site}), which has been matched but is queued behind rank {e.rank}'s "
+                        f"earlier op, issued before it: {ahead.work._describe()}\n      A rank's sends run in the "
+                        f"order it issued them, and so do its receives (a collective waits for both), as on NCCL's "
+                        f"stream")
+        return work._describe()
 
     def _blocked_p2p(self, r: _RankState) -> _P2P | None:
         if r.status != "blocked":

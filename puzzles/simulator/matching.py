@@ -3,8 +3,10 @@ each collective.
 
 A call posts what the rank brings and gets a `Work` handle back. When its partners have posted theirs (the
 matching recv; the last rank of the group), the data moves (collectives.py for a collective, one copy for a
-send), the ranks' communication clocks advance by what the message costs (clock.py), and the handles are
-done. A rank that needs the result waits on its handle: `wait()` passes the baton on (world.py) until then.
+send). Each call also takes its place in its rank's communication queue when it is issued; once matched, the op
+goes on the clock as soon as everything issued before it on each of its ranks is there (clock.py: issue order,
+as NCCL's stream), and its handles are done. A rank that needs the result waits on its handle: `wait()` passes
+the baton on (world.py) until then.
 
 A collective reads all of its inputs before it writes any output, as gloo does: an input that overlaps an output
 of its own rank (`reduce_scatter_tensor(out, inp)` with `out` a chunk of `inp`; `all_gather_into_tensor(out,
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .clock import Event, phase
+from .clock import Queued, QueuedOp, phase, place_out_of_order, place_ready
 from .collectives import _Call, _Collective, _P2P
 from .deadlock import _doing, _lines
 from .handles import _overlaps
@@ -68,6 +70,7 @@ class _Matching:
         me.seq[group.id] = seq + 1
         call.rank, call.issued, call.site = me.rank, me.clock.compute, self.site()
         call.phase, call.callers = phase(), self.sites.callers()
+        call.label = me.labels[-1] if me.labels else ""
         me.last_site = call.site
         coll = self.open.setdefault((group.id, seq), _Collective(call.name, group, seq))
         if coll.calls:
@@ -77,6 +80,8 @@ class _Matching:
                                   f"{[r for r in group.ranks if r not in coll.calls]}"
                                   + _lines("at", call.site, call.callers) + _doing(call.phase, me))
         call.work = work
+        if call.name != "new_group":  # bookkeeping, not traffic: it takes no place in the queue
+            call.queued = self._issue(me, work, ("send", "recv"))
         coll.calls[me.rank] = call
         if async_op:
             self._mark_inflight(me, work, call.reads, call.writes, call.name)
@@ -125,19 +130,53 @@ class _Matching:
             for c in calls:
                 c.work._finish(self.ranks[c.rank].clock.compute)
             return
-        start = max(max(c.issued, self.ranks[c.rank].clock.comm) for c in calls)
         if hasattr(calls[0], "sent"):  # an all-to-all: each rank moves its own amount; the busiest one sets the time
-            end = start + self.cost.comm_ticks(coll.name, max(max(c.sent, c.received) for c in calls), n)
+            ticks = self.cost.comm_ticks(coll.name, max(max(c.sent, c.received) for c in calls), n)
         else:
-            end = start + self.cost.comm_ticks(coll.name, calls[0].nbytes, n)
+            ticks = self.cost.comm_ticks(coll.name, calls[0].nbytes, n)
         for c in calls:
             wire = self.cost.wire_bytes(coll.name, c.sent if hasattr(c, "sent") else c.nbytes, n)
-            clock = self.ranks[c.rank].clock
-            clock.comm = end
-            clock.events.append(Event(c.rank, "comm", coll.name, start, end, nbytes=c.nbytes, wire_bytes=wire,
-                                      phase=c.phase, peers=coll.group.ranks, site=c.site,
-                                      label=self.ranks[c.rank].labels[-1] if self.ranks[c.rank].labels else ""))
-            c.work._finish(end)
+            c.queued.event = dict(kind=coll.name, nbytes=c.nbytes, wire_bytes=wire, phase=c.phase,
+                                  peers=coll.group.ranks, site=c.site, label=c.label)
+        self._matched([c.queued for c in calls], ticks)
+
+    def _issue(self, me: _RankState, work: Work, lanes: tuple[str, ...]) -> Queued:
+        """The call takes its place at the back of the rank's communication queue (the lanes it will use)."""
+        entry = Queued(me.rank, me.clock.compute, work, {}, lanes)
+        me.clock.issue(entry)
+        work._queued = entry
+        return entry
+
+    def unblock_out_of_order(self) -> bool:
+        """Nobody can move. If a rank waits for an op that has been matched but is queued behind an earlier op of
+        its own that is not (which waits, directly or not, for this one), place the waited-for op out of order,
+        as gloo would run it, and warn that NCCL would hang here. True if any rank can move now."""
+        clocks = [r.clock for r in self.ranks]
+        moved = False
+        for r in self.ranks:
+            work = r.waiting if r.status == "blocked" else None
+            entry = getattr(work, "_queued", None)
+            if entry is None or entry.op is None:
+                continue
+            ahead = next((a for e in entry.op.entries for a in [clocks[e.rank].blocking(e)] if a is not None), None)
+            what = getattr(work, "issued_as", work.what)
+            if ahead is not None and ahead.work is not None:
+                earlier = getattr(ahead.work, "issued_as", ahead.work.what)
+                self.warnings.append(
+                    f"rank {r.rank}'s {what} at {work.site} ran before rank {ahead.rank}'s {earlier} at "
+                    f"{ahead.work.site}, which was issued before it but waits for it: gloo runs this, but on NCCL, "
+                    f"whose streams run each rank's communication in the order it was issued, it would hang")
+            place_out_of_order(clocks, entry.op)
+            place_ready(clocks, range(len(self.ranks)))
+            moved = True
+        return moved
+
+    def _matched(self, entries: list[Queued], ticks: int) -> None:
+        """The data has moved: the op goes on the clock once it is first in the queue of each of its ranks."""
+        op = QueuedOp(entries, ticks)
+        for e in entries:
+            e.op = op
+        place_ready([r.clock for r in self.ranks], [e.rank for e in entries])
 
     def check_group(self, me: _RankState, group, what: str) -> ProcessGroup:
         if group is None:
@@ -180,6 +219,8 @@ class _Matching:
         work = Work(self, me.rank, kind, site)
         p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), self.sites.callers())
         work._describe = lambda: p.describe() + _doing(p.phase, me)
+        p.queued = self._issue(me, work, (kind,))
+        p.label = me.labels[-1] if me.labels else ""
         if kind == "send":
             match = next((r for r in self.recvs if r.accepts(p)), None)
             pair = (p, match)
@@ -204,17 +245,9 @@ class _Matching:
             raise _Abort
         with self.untracked(self.ranks[self.current_rank()]):
             recv.tensor.data.copy_(send.tensor)
-        a, b = self.ranks[send.rank].clock, self.ranks[recv.rank].clock
-        start = max(send.issued, recv.issued, a.comm, b.comm)
         nbytes = send.tensor.numel() * send.tensor.element_size()
-        end = start + self.cost.comm_ticks("send", nbytes, 2)
-        for p, clock in ((send, a), (recv, b)):
-            clock.comm = end
-            st = self.ranks[p.rank]
-            clock.events.append(Event(p.rank, "comm", p.kind, start, end, nbytes=nbytes, wire_bytes=nbytes,
-                                      phase=p.phase,
-                                      peers=(send.rank, recv.rank), site=p.site,
-                                      label=st.labels[-1] if st.labels else ""))
-            p.work._finish(end)
+        for p in (send, recv):
+            p.queued.event = dict(kind=p.kind, nbytes=nbytes, wire_bytes=nbytes, phase=p.phase,
+                                  peers=(send.rank, recv.rank), site=p.site, label=p.label)
         recv.work._source = send.rank
-
+        self._matched([send.queued, recv.queued], self.cost.comm_ticks("send", nbytes, 2))

@@ -2,7 +2,7 @@
 
 There the op is checked (a tensor that lives on another rank raises IsolationError; one that an async op has not
 released yet raises InFlightError), the storages it makes are charged to the rank's memory ledger (memory.py),
-and its FLOPs advance the rank's compute clock (clock.py). Once the run has stopped, every op of the rank's
+and its cost (FLOPs and bytes, op_costs.py) advances the rank's compute clock (clock.py). Once the run has stopped, every op of the rank's
 thread raises, so that the thread unwinds even through a loop that catches the first stop.
 """
 
@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import guards
-from .clock import follow_labels, op_dtype, op_flops, phase
+from .clock import FREE, charge_compute, follow_labels, op_cost
 from .memory import AT_IMPORT
 from .types import IsolationError, _Abort
 
@@ -109,9 +109,7 @@ class _RankMode(TorchDispatchMode):
                 continue
             if st._cdata not in owner_of:
                 world.storage.adopt(st, me.rank, world.sites.allocation_site())
-        flops = op_flops(func, args, kwargs, out)
-        if flops:
-            me.clock.run_compute(me.rank, world.cost.compute_ticks(flops, op_dtype(out)), flops, phase(),
-                                 me.labels[-1] if me.labels else "")
-            me.flops += flops
+        cost = op_cost(func, args, kwargs, out)
+        if cost is not FREE:
+            me.flops += charge_compute(me.clock, me.rank, world.cost, cost, func, out, me.labels, world.sites.here)
         return out

@@ -196,6 +196,7 @@ class Work:
         self._wait_site = ""  # where the learner first waited for it
         self._source = None
         self._describe = lambda: what  # replaced by the op that owns this handle
+        self._queued = None  # its place in the rank's communication queue until the op is on the clock (clock.py)
 
     def is_completed(self) -> bool:
         # Counts as a communication call: it passes the baton, so a polling loop lets the partners progress.
@@ -217,6 +218,7 @@ class Work:
         this handle, a reference cycle that would keep them on the ledger (sim.run turns the cycle collector off)."""
         self._done, self._end = True, end
         self._describe = lambda what=self.what: what
+        self._queued = None
 
     def __repr__(self):
         return f"<Work {self.what} rank={self._rank} {'done' if self._done else 'pending'}>"

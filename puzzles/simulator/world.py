@@ -169,6 +169,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             if self.aborted:
                 raise _Abort
             nxt = self._next_runnable(me.rank)
+            if nxt is None and self.unblock_out_of_order():  # an op held back by the issue order only
+                nxt = self._next_runnable(me.rank)
             if nxt is None:
                 if all(r.status in _FINISHED for r in self.ranks):
                     self._finish_locked()

@@ -1,0 +1,320 @@
+"""What one aten op costs: its FLOPs and the bytes it reads and writes. The clock (cost.py) turns the two into
+ticks with a roofline; the compute checks count the same FLOPs.
+
+Every op a rank runs is counted, so there is no free way to compute. The rules, most specific first:
+
+    views and metadata    0 FLOPs, 0 bytes       view, t, transpose, expand, slice, select, detach, chunk, split,
+                                                 empty (allocates, writes nothing), .item(), torch.tensor's wrap
+    products              their formulas         mm, addmm, bmm, baddbmm, convolutions, attention: torch's own
+                                                 (torch.utils.flop_counter); mv, addmv 2·n·k; dot, vdot 2·n;
+                                                 addr 2·n·m; bilinear (_trilinear) 2 per element of the product;
+                                                 cdist 3·n·m·d; sparse inputs 2·nnz·k; FFT 5·N·log2(n);
+                                                 solve, inverse, LU, QR, SVD, eigen: 2·n³ + 2·n²·k per matrix
+    softmax, norms        per element            softmax and log-softmax 5, their backward 4; layer norm 8,
+                                                 its backward 16 (RMS norm is written out of elementwise ops)
+    moving data           0 FLOPs, its bytes     clone, copy_, cat, stack, index_select, gather, zeros, fill, ...
+    elementwise           1 per output element   add, mul, gelu, exp, where, ... (addcmul, addcdiv, lerp: 3)
+    reductions            1 per input element    sum, mean, max, argmax, cumsum, ... (norms 2, variance 3)
+    accumulating          1 per source element   index_add_, scatter_add_, scatter_reduce_, embedding_bag, ...
+    anything else         max(inputs, output)    never zero: an op without a formula is charged by its elements
+
+Bytes are what the op reads and writes: every input tensor once (an expanded or overlapping view counts the
+memory it spans, not its elements twice), and every output. An in-place op reads and writes its target.
+
+So a matrix product written as elementwise products and sums costs what the product costs, and more time
+(a broadcast multiply writes every partial product to memory before the sum reads it back).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import flop_registry
+
+
+# The classes of op a cost is reported by (the clock's breakdown, the calibration table in bench/).
+OP_CLASSES = ("matmul", "attention", "softmax/norm", "elementwise", "reduction", "memory", "other")
+PRODUCTS = ("matmul", "attention")  # the classes that compute sums of products: what a product floor counts
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op's work: floating-point operations, bytes read plus bytes written, and its class (OP_CLASSES)."""
+
+    flops: int = 0
+    bytes: int = 0
+    kind: str = "memory"
+
+
+FREE = OpCost()
+
+_aten = torch.ops.aten
+
+
+def _packets(*names: str) -> frozenset:
+    """The overload packets of the aten ops named (those that this torch has)."""
+    return frozenset(p for p in (getattr(_aten, n, None) for n in names) if p is not None)
+
+
+# Ops that launch no kernel: they make a tensor header, or read a number the host already has.
+_NO_KERNEL = _packets("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_local_scalar_dense",
+                      "lift", "lift_fresh", "lift_fresh_copy", "set_", "resize_", "resize_as_", "_reshape_alias",
+                      "_unsafe_view", "is_same_size", "_has_compatible_shallow_copy_type", "_linalg_check_errors",
+                      "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "_nested_tensor_size",
+                      "record_stream", "_assert_async", "_functional_assert_async")
+
+# Ops that move or fill memory and compute nothing.
+_MOVES = _packets("clone", "copy_", "copy", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous", "cat",
+                  "stack", "hstack", "vstack", "index_select", "index", "_unsafe_index", "gather", "take",
+                  "masked_select", "nonzero", "nonzero_static", "zeros", "zeros_like", "ones", "ones_like", "full",
+                  "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor", "fill", "fill_", "zero_",
+                  "arange", "repeat", "repeat_interleave", "expand_copy", "permute_copy", "view_copy", "t_copy",
+                  "transpose_copy", "slice_copy", "select_copy", "constant_pad_nd", "flip", "roll", "tril", "triu",
+                  "tril_", "triu_", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+                  "scatter", "scatter_", "index_put", "index_put_", "_index_put_impl_", "index_fill", "index_fill_",
+                  "embedding", "detach_copy", "alias_copy", "split_with_sizes_copy", "unbind_copy", "narrow_copy",
+                  "unfold_copy", "_pin_memory", "resolve_conj", "resolve_neg", "slice_backward", "select_backward",
+                  "diagonal_backward", "unfold_backward", "as_strided_copy", "_reshape_copy", "masked_scatter",
+                  "block_diag", "_unsafe_index_put", "pad", "reflection_pad1d", "replication_pad1d", "one_hot",
+                  "new_empty_strided", "empty_permuted")
+
+COPY_OP_NAMES = frozenset(p.__name__ for p in _MOVES)
+# Ops that make a tensor like another one: they read its shape, not its data.
+_LIKE = _packets("zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "new_zeros",
+                 "new_ones", "new_full", "scalar_tensor")  # what a clock event's op names say when it only moved data
+
+# Products without a formula in torch's FLOP counter (the ones it has: mm, addmm, bmm, baddbmm, convolutions,
+# attention kernels on GPU). Each of these computes a sum of products, and is charged 2 FLOPs per term.
+_VECTOR_PRODUCTS = _packets("mv", "addmv", "dot", "vdot", "inner", "addr", "ger", "outer")
+_SOFTMAX = _packets("_softmax", "_log_softmax", "softmax", "log_softmax", "_safe_softmax")
+_SOFTMAX_BACKWARD = _packets("_softmax_backward_data", "_log_softmax_backward_data")
+_LAYER_NORM = _packets("native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
+                       "_native_batch_norm_legit_no_training", "_fused_rms_norm", "layer_norm", "group_norm")
+_LAYER_NORM_BACKWARD = _packets("native_layer_norm_backward", "native_group_norm_backward",
+                                "native_batch_norm_backward", "_fused_rms_norm_backward")
+_FFT = _packets("_fft_r2c", "_fft_c2r", "_fft_c2c")
+_CUBIC = _packets("_linalg_solve_ex", "linalg_solve_ex", "linalg_solve", "linalg_inv_ex", "linalg_inv", "inverse",
+                  "linalg_lu_factor_ex", "linalg_lu", "linalg_lu_solve", "lu_solve", "linalg_cholesky_ex",
+                  "cholesky", "cholesky_solve", "cholesky_inverse", "triangular_solve", "linalg_solve_triangular",
+                  "linalg_qr", "geqrf", "orgqr", "ormqr", "_linalg_svd", "linalg_svd", "svd", "_linalg_eigh",
+                  "linalg_eigh", "linalg_eig", "_linalg_eigvals", "linalg_eigvals", "_linalg_det", "linalg_det",
+                  "det", "_linalg_slogdet", "linalg_slogdet", "logdet", "linalg_pinv", "linalg_matrix_exp",
+                  "matrix_exp", "linalg_householder_product", "linalg_ldl_factor_ex", "linalg_ldl_solve",
+                  "_linalg_inv_out_helper", "lu_unpack", "linalg_lstsq", "cholesky_solve")
+_CDIST = _packets("_cdist_forward", "_cdist_backward", "_euclidean_dist", "cdist")
+_TRILINEAR = _packets("_trilinear")
+# Reductions that take more than one FLOP per input element.
+_TWO_PER_ELEMENT = _packets("norm", "linalg_vector_norm", "frobenius_norm", "nuclear_norm", "dist", "_weight_norm")
+_THREE_PER_ELEMENT = _packets("var", "std", "var_mean", "std_mean", "logsumexp", "addcmul", "addcmul_", "addcdiv",
+                              "addcdiv_", "lerp", "lerp_", "_foreach_addcmul", "_foreach_addcmul_",
+                              "_foreach_addcdiv", "_foreach_addcdiv_", "_foreach_lerp", "_foreach_lerp_")
+# Ops that add many source elements into a target: one FLOP per source element.
+_ACCUMULATE = _packets("index_add", "index_add_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_",
+                       "index_reduce", "index_reduce_", "put", "put_", "_embedding_bag", "_embedding_bag_forward_only",
+                       "embedding_bag", "embedding_dense_backward", "_embedding_bag_backward",
+                       "_embedding_bag_dense_backward", "segment_reduce", "_segment_reduce_backward", "bincount",
+                       "histc", "index_copy", "index_copy_")
+# The fused optimizer kernels, per parameter element (Adam: about 15 elementwise ops; SGD with momentum: 4).
+_FUSED_OPTIMIZERS = {p: n for names, n in ((("_fused_adam", "_fused_adam_", "_fused_adamw", "_fused_adamw_"), 15),
+                                           (("_fused_sgd", "_fused_sgd_"), 4), (("_fused_adagrad", "_fused_adagrad_"), 6))
+                     for p in _packets(*names)}
+
+_POINTWISE = getattr(torch.Tag, "pointwise", None)
+_REDUCTION = getattr(torch.Tag, "reduction", None)
+
+SOFTMAX_FLOPS, SOFTMAX_BACKWARD_FLOPS = 5, 4  # per element: max, subtract, exp, sum, divide / (g - sum(g·y))·y
+NORM_FLOPS, NORM_BACKWARD_FLOPS = 8, 16  # per element: mean, centre, square, sum, rsqrt, scale, affine (2)
+FFT_FLOPS = 5  # 5·N·log2(n): the radix-2 count for N points transformed along axes of length n
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _is_sparse(t: torch.Tensor) -> bool:
+    return t.layout != torch.strided
+
+
+def _numel(t: torch.Tensor) -> int:
+    """Elements an op touches in `t`: its stored values for a sparse tensor, else its elements."""
+    if t.layout == torch.sparse_coo:
+        return t._nnz()
+    if _is_sparse(t):
+        return t.values().numel()
+    return t.numel()
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes an op reads in `t`: the memory its elements span (an expanded view reads its base once), at most
+    its elements' size; a sparse tensor's stored values and indices."""
+    if _is_sparse(t):
+        parts = ((t._values(), t._indices()) if t.layout == torch.sparse_coo else
+                 (t.values(), t.crow_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.ccol_indices(),
+                  t.col_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.row_indices()))
+        return sum(tensor_bytes(p) for p in parts)
+    n = t.numel()
+    if n == 0:
+        return 0
+    try:
+        span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) + 1
+    except RuntimeError:  # a tensor without strides
+        span = n
+    return min(n, span) * t.element_size()
+
+
+def op_cost(func, args, kwargs, out) -> OpCost:
+    """FLOPs and bytes of one aten op (`func`, an OpOverload) called on args/kwargs that returned `out`."""
+    packet = func.overloadpacket
+    if func.is_view or packet in _NO_KERNEL:
+        return FREE
+    inputs = _tensors(args) + _tensors(list(kwargs.values()))
+    outputs = _tensors(out)
+    read = 0 if packet in _LIKE else sum(tensor_bytes(t) for t in inputs)
+    nbytes = read + sum(tensor_bytes(t) for t in outputs)
+    flops, kind = _flops(func, packet, args, kwargs, out, inputs, outputs)
+    return OpCost(flops, nbytes, kind)
+
+
+def _flops(func, packet, args, kwargs, out, inputs, outputs) -> tuple[int, str]:
+    out_elements = sum(_numel(t) for t in outputs)
+    in_largest = max((_numel(t) for t in inputs), default=0)
+    if packet in _MOVES:
+        return 0, "memory"
+    if any(_is_sparse(t) for t in inputs) and len(inputs) >= 2:
+        return _sparse_product(inputs, outputs), "matmul"
+    formula = flop_registry.get(packet)
+    if formula is not None:
+        return _registered(formula, args, kwargs, out), "attention" if "attention" in packet.__name__ else "matmul"
+    if packet in _VECTOR_PRODUCTS:
+        return _vector_product(inputs, out_elements), "matmul"
+    if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None):
+        return _attention(inputs[0], inputs[1], backward=False), "attention"
+    if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None):
+        return _attention(inputs[1], inputs[2], backward=True), "attention"
+    if packet in _SOFTMAX:
+        return SOFTMAX_FLOPS * in_largest, "softmax/norm"
+    if packet in _SOFTMAX_BACKWARD:
+        return SOFTMAX_BACKWARD_FLOPS * in_largest, "softmax/norm"
+    if packet in _LAYER_NORM:
+        return NORM_FLOPS * in_largest, "softmax/norm"
+    if packet in _LAYER_NORM_BACKWARD:
+        return NORM_BACKWARD_FLOPS * in_largest, "softmax/norm"
+    if packet in _FFT:
+        return _fft(inputs[0], args[1] if len(args) > 1 else None), "matmul"
+    if packet in _CUBIC:
+        return _cubic(inputs), "matmul"
+    if packet in _CDIST:
+        return _cdist(inputs), "matmul"
+    if packet in _TRILINEAR:
+        return _trilinear(args), "matmul"
+    if packet in _ACCUMULATE:
+        return max((_numel(t) for t in inputs[1:]), default=0) or in_largest, "reduction"
+    if packet in _FUSED_OPTIMIZERS:
+        return _FUSED_OPTIMIZERS[packet] * sum(t.numel() for t in _tensors(args[0])), "elementwise"
+    if packet in _TWO_PER_ELEMENT:
+        return 2 * in_largest, "reduction"
+    if packet in _THREE_PER_ELEMENT:
+        return 3 * max(in_largest, out_elements), "elementwise"
+    tags = func.tags
+    if _POINTWISE is not None and _POINTWISE in tags:
+        return out_elements, "elementwise"
+    if _REDUCTION is not None and _REDUCTION in tags:
+        return in_largest, "reduction"
+    return max(in_largest, out_elements), "other"  # no formula: every element it reads or writes, never zero
+
+
+def _registered(formula, args, kwargs, out) -> int:
+    """torch's own formula. Most are wrapped to turn tensors into shapes with pytree, which is slow: unwrap them."""
+    on_shapes = getattr(formula, "__wrapped__", None)
+    if on_shapes is not None:
+        return int(on_shapes(*map(_shape, args), out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))
+    return int(formula(*args, **kwargs, out_val=out))
+
+
+def _shape(x):
+    if isinstance(x, torch.Tensor):
+        return x.shape
+    if isinstance(x, (list, tuple)):
+        return type(x)(_shape(v) for v in x)
+    return x
+
+
+def _sparse_product(inputs, outputs) -> int:
+    """A product with a sparse operand (torch.sparse.mm, addmm on a sparse matrix): 2 FLOPs per stored value and
+    column of the dense side; a sparse-sparse product by the larger of the two, per output column."""
+    sparse = [t for t in inputs if _is_sparse(t)]
+    dense = [t for t in inputs if not _is_sparse(t) and t.dim() >= 1]
+    cols = dense[-1].shape[-1] if dense else max((t.shape[-1] for t in outputs if t.dim()), default=1)
+    return 2 * max(_numel(t) for t in sparse) * max(cols, 1)
+
+
+def _vector_product(inputs, out_elements: int) -> int:
+    """mv and addmv: 2 FLOPs per element of the matrix; dot, vdot, inner: 2 per element of a vector; addr and
+    outer: 2 per element of the [n, m] result."""
+    matrices = [t for t in inputs if t.dim() >= 2]
+    if matrices and out_elements < max(t.numel() for t in matrices):  # a matrix times a vector
+        return 2 * max(t.numel() for t in matrices)
+    if out_elements <= 1:
+        return 2 * max((t.numel() for t in inputs), default=0)
+    return 2 * out_elements
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, backward: bool) -> int:
+    """Scaled dot-product attention of queries [..., s, d] against keys [..., s', d]: forward two products
+    (Q·Kᵀ, P·V) and a softmax over the s·s' scores; backward four products and the softmax's backward."""
+    batch = math.prod(q.shape[:-2])
+    s, d, s2 = q.shape[-2], q.shape[-1], k.shape[-2]
+    scores = batch * s * s2
+    if backward:
+        return 4 * 2 * scores * d + SOFTMAX_BACKWARD_FLOPS * scores
+    return 2 * 2 * scores * d + SOFTMAX_FLOPS * scores
+
+
+def _fft(x: torch.Tensor, dims) -> int:
+    dims = list(range(x.dim())) if dims is None else [d % max(x.dim(), 1) for d in dims]
+    n = math.prod(x.shape[d] for d in dims) if dims else 1
+    return FFT_FLOPS * max(x.numel(), 1) * max(1, math.ceil(math.log2(max(n, 2))))
+
+
+def _cubic(inputs) -> int:
+    """A factorisation or solve of [..., n, n] matrices (with [..., n, k] right-hand sides): 2·n³ + 2·n²·k each,
+    at least what multiplying the matrices would cost."""
+    a = inputs[0]
+    if a.dim() < 2:
+        return max(a.numel(), 1)
+    n = max(a.shape[-1], a.shape[-2])
+    batch = math.prod(a.shape[:-2])
+    k = sum(t.shape[-1] if t.dim() >= 2 else 1 for t in inputs[1:] if t.numel() > 1)
+    return batch * (2 * n ** 3 + 2 * n * n * k)
+
+
+def _cdist(inputs) -> int:
+    """Distances between [..., P, M] and [..., R, M] rows: 3·P·R·M each (difference, square, sum)."""
+    a, b = inputs[0], inputs[1]
+    if a.dim() < 2 or b.dim() < 2:
+        return max(a.numel(), b.numel())
+    batch = math.prod(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])) if a.dim() > 2 or b.dim() > 2 else 1
+    big = max(inputs, key=lambda t: t.numel())
+    rows = a.shape[-2] * b.shape[-2] if a.shape[-1] == b.shape[-1] else big.numel()
+    return 3 * batch * rows * a.shape[-1]
+
+
+def _trilinear(args) -> int:
+    """torch.nn.functional.bilinear's kernel: the three inputs expanded and multiplied, then summed: 2 FLOPs per
+    element of the full product."""
+    tensors = [a for a in args[:3] if isinstance(a, torch.Tensor)]
+    expands = [list(e) for e in args[3:6]]
+    shapes = []
+    for t, expand in zip(tensors, expands):
+        shape = list(t.shape)
+        for d in sorted(expand):
+            shape.insert(d, 1)
+        shapes.append(shape)
+    full = torch.broadcast_shapes(*shapes) if shapes else torch.Size()
+    return 2 * math.prod(full)
