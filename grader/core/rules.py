@@ -1,6 +1,9 @@
 """Rules that several puzzles state, each measured once, the same way for every puzzle and every backend.
 
-    compute        the FLOPs each rank computed (every matmul, by torch's own FLOP formulas), against its share
+    compute        the FLOPs each rank computed (every op: matmuls by torch's own formulas, elementwise ops per
+                   element, ...; the simulator's op_costs.py), at most its share, and at least the products its share
+                   needs, counted on product ops alone (a product written as elementwise multiplies and sums costs
+                   its full FLOPs against the ceiling, and none against the floor)
     communication  the bytes each rank sent (the ring algorithm's wire bytes, over every collective and send),
                    at most a budget, or, where the rule is a volume, within [least, budget]
     groups         which group each collective ran on and whom each send went to (the events' peers), and the
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 from math import ceil
 
+from puzzles.simulator.op_costs import COPY_OP_NAMES
+
 from .compare import safe_diagnosis
 from .result import Budget, Check, fmt
 from .spec import Observation
@@ -35,18 +40,41 @@ def flops(obs: Observation, rank: int, kind: str | None = None) -> int:
     return sum(e["flops"] for e in obs.events_of(rank, "compute", kind))
 
 
+def product_flops(obs: Observation, rank: int) -> int:
+    """The FLOPs `rank` computed in products (matmuls, attention): the part a product floor counts."""
+    return sum(e.get("product_flops", 0) for e in obs.events_of(rank, "compute"))
+
+
+def products_short(obs: Observation, rank: int, least: int) -> str:
+    """What a rank whose products fall short of `least` did instead, read off its compute: elementwise multiplies
+    and sums of as many FLOPs (products written out of elements), or nothing (work skipped)."""
+    got = product_flops(obs, rank)
+    other = flops(obs, rank) - got
+    who = f"rank {rank}" if obs.world_size > 1 else "your code"
+    if other >= least - got:
+        return (f"{who} computed only {got:,} FLOPs in matrix products (mm, bmm, matmul), {least - got:,} short of "
+                f"the products its share needs, and {other:,} FLOPs in elementwise ops and reductions: products "
+                f"written as elementwise multiplies and sums (a broadcast multiply, then sum). They cost as many "
+                f"FLOPs and far more time (every partial product goes to memory and back): use matmuls (@)")
+    return (f"{who} computed only {got:,} FLOPs in matrix products, {least - got:,} short of the products its share "
+            f"needs: some of its work was skipped (see the values)")
+
+
 def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "compute", least: int = 0) -> Check:
-    """Every rank computed at most budget.value FLOPs, and at least `least`: the matmuls its share of the work
-    cannot do without (fewer means work skipped, or done without matmuls, out of the FLOP count's sight).
-    `diagnose(rank, forward_flops, backward_flops)` may say what an excess is, from its size."""
+    """Every rank computed at most budget.value FLOPs (every op counted), and at least `least` in products: the
+    matmuls its share of the work cannot do without (fewer means work skipped, or products written as elementwise
+    multiplies and sums). `diagnose(rank, forward_flops, backward_flops)` may say what an excess is, from its size."""
     per_rank = [flops(obs, r) for r in range(obs.world_size)]
-    off = [r for r, f in enumerate(per_rank) if f > budget.value or f < least]
+    products = [product_flops(obs, r) for r in range(obs.world_size)]
+    off = [r for r, f in enumerate(per_rank) if f > budget.value or products[r] < least]
     r = off[0] if off else max(range(obs.world_size), key=per_rank.__getitem__)
     fwd, bwd = flops(obs, r, "forward"), flops(obs, r, "backward")
     ok = not off
     who = f"rank {r}" if obs.world_size > 1 else "your code"
-    if per_rank[r] < least:
-        verdict = f"below the {least:,} FLOPs that its share of the step cannot do without (budget {budget.describe()})"
+    short = products[r] < least
+    if short:
+        verdict = (f"with {products[r]:,} of them in matrix products, below the {least:,} that its share of the step "
+                   f"cannot do without (budget {budget.describe()})")
     else:
         verdict = f"{'within' if ok else 'over'} the budget {budget.describe()} FLOPs"
     message = (f"{who} computed {per_rank[r]:,} FLOPs ({fwd:,} outside backward, {bwd:,} inside it; "
@@ -55,13 +83,67 @@ def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "
         message += f". Per rank: {', '.join(f'{f:,}' for f in per_rank)} FLOPs"
     if ok:
         diagnosis = ""
-    elif per_rank[r] < least:
-        diagnosis = (f"{who} computed fewer FLOPs than its share needs: some of its work was skipped (see the values), "
-                     f"or done without matmuls (products and sums of elements), which the FLOP count does not see and "
-                     f"the puzzle does not allow")
+    elif short:
+        diagnosis = products_short(obs, r, least)
     else:
         diagnosis = safe_diagnosis(diagnose, r, fwd, bwd) if diagnose else ""
     return Check(name, ok, message, measured=per_rank[r], budget=budget, diagnosis=diagnosis)
+
+
+# ---- overlap: communication hidden behind compute
+
+COMPUTE_CAP = (5, 4)  # compute beyond 1.25·C hides no communication: filler work cannot buy an overlap
+
+
+def exposed_communication(obs: Observation, c_ticks: int) -> tuple[int, int, int]:
+    """(the busiest rank's compute, that compute counted up to 1.25·C, the makespan minus it): the ticks of the
+    step that were communication and nothing else. Measured against the answer's own compute, so that its style
+    (a bucket's copies, autograd's own bookkeeping) does not count against its overlap."""
+    compute = max(obs.busy_ticks(r) for r in range(obs.world_size))
+    counted = min(compute, c_ticks * COMPUTE_CAP[0] // COMPUTE_CAP[1])
+    return compute, counted, obs.makespan - counted
+
+
+def overlap_check(obs: Observation, budget: Budget, c_ticks: int, diagnose=None) -> Check:
+    """The communication left exposed, makespan - min(compute, 1.25·C), at most budget.value ticks.
+    `diagnose(obs)` may say why, from the schedule."""
+    compute, counted, exposed = exposed_communication(obs, c_ticks)
+    comm = max(obs.busy_ticks(r, "comm") for r in range(obs.world_size))
+    ok = exposed <= budget.value
+    capped = (f", counted up to 1.25·C = {fmt(counted, 'ticks')} (compute beyond that hides nothing)"
+              if counted < compute else "")
+    message = (f"makespan {fmt(obs.makespan, 'ticks')}; the compute stream was busy {fmt(compute, 'ticks')}"
+               f"{capped} and the communication stream {fmt(comm, 'ticks')}: {fmt(exposed, 'ticks')} of the step "
+               f"were communication left exposed, {'within' if ok else 'over'} the budget {budget.describe()}")
+    diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, obs)
+    return Check("makespan", ok, message, measured=exposed, budget=budget, diagnosis=diagnosis)
+
+
+def slow_compute(obs: Observation, c_ticks: int) -> str:
+    """A diagnosis for a rank whose compute alone took more than 1.25·C, from what its events did."""
+    rank = max(range(obs.world_size), key=lambda r: obs.busy_ticks(r))
+    busy = obs.busy_ticks(rank)
+    copies = sum(e["end"] - e["start"] for e in obs.events_of(rank, "compute")
+                 if e.get("op") and _only_copies(e))
+    moved = (f"; {copies:,} ticks of it copied memory and computed nothing ({_copy_lines(obs, rank)})"
+             if copies >= (busy - c_ticks) // 2 else "")
+    return (f"rank {rank}'s compute alone took {busy:,} ticks, {busy / c_ticks:.2f}x the step's C = {c_ticks:,}{moved}: "
+            f"compute beyond 1.25·C hides no communication. Copies (torch.cat, clone, contiguous) and extra "
+            f"elementwise passes cost their memory traffic on the clock: compute on views of the buffers you have")
+
+
+def _only_copies(event: dict) -> bool:
+    """Whether a compute event only moved data (its ops are copies: cat, clone, ...)."""
+    return bool(event.get("op")) and all(name.split(" x")[0] in COPY_OP_NAMES for name in event["op"].split(", "))
+
+
+def _copy_lines(obs: Observation, rank: int) -> str:
+    by_site: dict[str, int] = {}
+    for e in obs.events_of(rank, "compute"):
+        if e.get("op") and _only_copies(e):
+            by_site[e.get("site", "?")] = by_site.get(e.get("site", "?"), 0) + e["end"] - e["start"]
+    top = sorted(by_site.items(), key=lambda kv: -kv[1])[:2]
+    return "; ".join(f"{site}: {ticks:,} ticks" for site, ticks in top)
 
 
 # ---- communication

@@ -46,6 +46,7 @@ SENT_AWAY = [sum(BASE[s]) - BASE[s][s] for s in range(N)]  # S: [7, 9, 11, 12]
 RECEIVED = [KEPT_ON[d] - BASE[d][d] for d in range(N)]  # R: [16, 10, 8, 5]
 ROW = DIM * 8  # bytes of one token's row
 TOKEN_FLOPS = 12 * DIM * H  # one token through one expert: 2 forward, 4 backward matmuls of 2·d·h
+TOKEN_WORK = TOKEN_FLOPS + 2 * H  # the same with gelu and its backward on the token's h hidden units
 ROUTER_FLOPS = 6 * N_TOKENS * DIM * E  # x @ router forward, and its two backward matmuls
 ALPHA, NOISE, MARGIN = 2.0, 0.5, 0.25
 

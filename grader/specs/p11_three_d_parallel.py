@@ -21,11 +21,13 @@ from ..core.rules import (BOOKKEEPING_BYTES, compute_check, flops, group_communi
                           sized_like, work_sequence)
 from ..core.spec import Observation, PuzzleSpec, pair_at
 from .three_d_groups import diagnose_dp_bytes, diagnose_tp_bytes, groups_check
-from .three_d_layout import (ACT, BR, COST, D, DIM, DP_BYTES, F_FLOPS, F_TICKS, HS, M, MB, PER, SHARE_FLOPS,
+from .three_d_layout import (ACT, ALLOWANCE, BACKWARD, BR, COST, D, DIM, DP_BYTES, FORWARD, HS, LOSS_BACKWARD,
+                             LOSS_FORWARD, M, MB, PER, PRODUCTS, SHARE_FLOPS, STAGE_WORK,
                              TP_BYTES, W_RANK, WORLD, B, H, L, P, T, coords, detached, dp_ranks, groups_of, rows,
                              serial, shard, sliced, tp_ranks)
 
 TOLERANCE = Fraction(1, 200)  # half a point above (p-1)/(m+p-1), for the 1-tick all-reduces and sends
+WORK_SLACK = Fraction(1, 20)  # a rank's compute within 5% of its stage's work is that work (clones, a cat)
 # weights, their gradients, x (or target) and dx; then the larger of what GPipe holds (m microbatches' activations
 # and a weight's fresh gradient) and a flat copy of the gradients for their all-reduce (which comes after); slack A
 PEAK = 2 * W_RANK + 2 * BR * DIM * 8 + max(M * ACT + DIM * HS * 8, W_RANK) + ACT
@@ -83,9 +85,11 @@ class ThreeDParallel(PuzzleSpec):
                 "1/(p·t) of the model's each; x or target and dx; the larger of GPipe's m microbatches of "
                 f"activations, A = {ACT:,} each, with a weight's fresh gradient, and a flat copy of the gradients "
                 "for their all-reduce; A of slack)", PEAK, "bytes"),
-            "compute": Budget("compute", f"m·3F, exactly (F = {F_FLOPS:,}: one microbatch's forward through the "
-                              "stage's blocks with this rank's slices; 1/8 of the serial 12·B·d·h·L)", SHARE_FLOPS,
-                              "count"),
+            "compute": Budget("compute", f"m·(F + BW + LF + LB) + Ψ/(p·t) + m·mb·d (F = {FORWARD.flops:,}: one "
+                              f"microbatch's forward through the stage's blocks with this rank's slices, BW = "
+                              f"{BACKWARD.flops:,} its backward; the last stage's loss, LF + LB = "
+                              f"{(LOSS_FORWARD + LOSS_BACKWARD).flops:,}; room for one elementwise op over the "
+                              "rank's gradients and each microbatch's gradient)", SHARE_FLOPS, "count"),
             "bubble": Budget("bubble", "(p-1)/(m+p-1) + 0.5 points = 1/5 + 0.005",
                              float(Fraction(P - 1, M + P - 1) + TOLERANCE), "fraction"),
         }
@@ -115,7 +119,7 @@ class ThreeDParallel(PuzzleSpec):
                 values_check("input gradients", input_pairs, "input gradients", diagnose),
                 groups, tp, dp,
                 self.memory_check(obs, budgets["peak memory"]),
-                compute_check(obs, budgets["compute"], self.diagnose_compute, least=SHARE_FLOPS),
+                compute_check(obs, budgets["compute"], self.diagnose_compute, least=PRODUCTS),
                 self.bubble_check(obs, budgets["bubble"])]
 
     @staticmethod
@@ -145,42 +149,47 @@ class ThreeDParallel(PuzzleSpec):
     # ---- the clock
 
     def bubble_check(self, obs: Observation, budget: Budget) -> Check:
-        work, ideal = M * 3 * F_TICKS, (M + P - 1) * 3 * F_TICKS
-        ends = [e["end"] for e in obs.events_of(stream="compute") if e["flops"]]
+        work = STAGE_WORK[P - 1].ticks  # the last stage's own work, with the loss: the busiest
+        ideal = (M + P - 1) * (FORWARD + BACKWARD).ticks + M * (LOSS_FORWARD + LOSS_BACKWARD).ticks
+        ends = [e["end"] for e in obs.events_of(stream="compute", kind="backward")]
         span = max(ends, default=0)
         bubble = 1 - work / span if span else 0.0
         ok = bubble <= budget.value
-        message = (f"the last backward ended at T_pipe = {fmt(span, 'ticks')}, against a stage's own work of m·3F = "
-                   f"{fmt(work, 'ticks')}: a bubble of 1 - m·3F/T_pipe = {fmt(bubble, 'fraction')}, "
-                   f"{'within' if ok else 'over'} the budget {budget.describe()} (a perfect {P}-stage pipeline of "
-                   f"{M} microbatches takes (m+p-1)·3F = {fmt(ideal, 'ticks')}; the whole step took "
-                   f"{fmt(obs.makespan, 'ticks')} with the gradients' all-reduce). Compute per rank: "
-                   f"{', '.join(f'{obs.busy_ticks(r):,}' for r in range(WORLD))} ticks")
+        message = (f"the last backward ended at T_pipe = {fmt(span, 'ticks')}, against the last stage's own work of "
+                   f"W = m·(F + BW + LF + LB) = {fmt(work, 'ticks')}: a bubble of 1 - W/T_pipe = "
+                   f"{fmt(bubble, 'fraction')}, {'within' if ok else 'over'} the budget {budget.describe()} (a "
+                   f"perfect {P}-stage pipeline of {M} microbatches takes about (m+p-1)·(F + BW) + m·(LF + LB) = "
+                   f"{fmt(ideal, 'ticks')}; the whole step took {fmt(obs.makespan, 'ticks')} with the gradients' "
+                   f"all-reduce). Compute per rank: {', '.join(f'{obs.busy_ticks(r):,}' for r in range(WORLD))} ticks")
         return Check("bubble", ok, message, measured=round(bubble, 6), budget=budget,
                      diagnosis="" if ok else safe_diagnosis(self.diagnose_bubble, obs))
 
     def diagnose_bubble(self, obs: Observation) -> str:
         busy = [obs.busy_ticks(r) for r in range(WORLD)]
-        if max(busy) > M * 3 * F_TICKS:
-            return "the ranks computed more than their share (see compute), and the step took longer"
+        ends = [max((e["end"] for e in obs.events_of(r, "compute", "backward")), default=0) for r in range(WORLD)]
+        piped = [sum(e["end"] - e["start"] for e in obs.events_of(r, "compute") if e["end"] <= ends[r])
+                 for r in range(WORLD)]  # each rank's pipeline work, up to its last backward (before the update)
+        if any(b > STAGE_WORK[coords(r)[0]].ticks * (1 + WORK_SLACK) for r, b in enumerate(piped)):
+            return ("the ranks' compute took longer than their stage's work on the clock (see compute), and the "
+                    "step took longer")
         sends = obs.events_of(0, "comm", "send")
         if len(sends) < M:
             return (f"rank 0 sent {len(sends)} activation(s) to stage 1; a pipeline of m = {M} microbatches sends "
                     f"{M}, each as soon as it is computed (one message of the replica's {BR} rows means only one "
                     f"stage works at a time)")
-        sequence = work_sequence(obs, 0, F_FLOPS, 2 * F_FLOPS)
+        sequence = work_sequence(obs, 0, FORWARD.flops, BACKWARD.flops)
         if "B" in sequence and sequence.index("B") <= 1:
             return ("rank 0 ran a backward right after its first forward: each microbatch goes through both stages "
                     "and back before the next starts, so only one stage works at a time")
-        span = max((e["end"] for e in obs.events_of(stream="compute") if e["flops"]), default=0)
-        excess = span - (M + P - 1) * 3 * F_TICKS  # beyond a perfect pipeline
+        span = max((e["end"] for e in obs.events_of(stream="compute", kind="backward")), default=0)
+        excess = span - (M + P - 1) * (FORWARD + BACKWARD).ticks  # beyond a perfect pipeline
         during = [sum(e["end"] - e["start"] for e in obs.events_of(r, "comm") if e["end"] <= span
                       and e["kind"] not in ("send", "recv") and [int(p) for p in e["peers"]] == dp_ranks(r))
                   for r in range(WORLD)]
         if excess > 0 and max(during) >= excess // 2:
             return (f"the data-parallel group's all-reduces ran during the pipeline, up to {max(during):,} ticks of "
                     f"them before the last backward ended, of the {excess:,} ticks the pipeline took beyond "
-                    f"(m+p-1)·3F: the gradients are all-reduced once, after every microbatch's backward")
+                    f"(m+p-1)·(F + BW): the gradients are all-reduced once, after every microbatch's backward")
         return ("the ranks idled " + ", ".join(f"rank {r}: {fmt(1 - b / obs.makespan, 'fraction')}"
                                                for r, b in enumerate(busy)) + " of the step: look at the schedule "
                 "chart for where a rank waits on a message it could have had earlier")
@@ -205,7 +214,7 @@ class ThreeDParallel(PuzzleSpec):
     def diagnose_memory(obs: Observation, rank: int) -> str:
         """Weights are named only when the rank also gathered within its pair or multiplied full weights."""
         gathered = any(e["kind"].startswith("all_gather") for e in obs.events_of(rank, "comm"))
-        if gathered or flops(obs, rank) >= T * SHARE_FLOPS:
+        if gathered or flops(obs, rank) >= T * STAGE_WORK[coords(rank)[0]].flops:
             return (f"the rank held more than its 1/(p·t) of the weights (W/(p·t) = {W_RANK:,} bytes; its stage's "
                     f"full weights are {T * W_RANK:,}) and {'gathered' if gathered else 'multiplied'} full "
                     f"weights: tensor parallelism keeps w1_r and w2_r as they are and all-reduces activations")
@@ -213,17 +222,17 @@ class ThreeDParallel(PuzzleSpec):
 
     @staticmethod
     def diagnose_compute(rank, fwd, bwd) -> str:
-        total = fwd + bwd
-        if abs(total - T * SHARE_FLOPS) < F_FLOPS:
+        total, share, f = fwd + bwd, STAGE_WORK[coords(rank)[0]].flops, FORWARD.flops
+        if abs(total - T * share) < f:
             return (f"rank {rank} computed {T}x its share: the work of its whole tensor-parallel pair, as with the "
                     f"full weights of its stage. Each rank multiplies its own slices only; g's all-reduce adds the halves")
-        if abs(total - P * SHARE_FLOPS) < F_FLOPS:
-            return f"rank {rank} computed {P}x its share: the blocks of both stages ran on it"
-        if abs(fwd - 2 * M * F_FLOPS) < F_FLOPS and abs(bwd - 2 * M * F_FLOPS) < F_FLOPS:
+        if abs(total - sum(w.flops for w in STAGE_WORK)) < f:
+            return f"rank {rank} computed the blocks of both stages"
+        if abs(fwd - 2 * M * f) < f and abs(bwd - M * BACKWARD.flops) < f:
             return (f"rank {rank} ran every microbatch's forward twice: recomputation, which this puzzle does not "
                     f"ask for")
-        return (f"rank {rank} computed {fwd / F_FLOPS:.1f} microbatch forwards' worth outside backward and "
-                f"{bwd / (2 * F_FLOPS):.1f} backwards' worth inside it; a stage runs m = {M} of each")
+        return (f"rank {rank} computed {fwd / f:.1f} microbatch forwards' worth outside backward and "
+                f"{bwd / BACKWARD.flops:.1f} backwards' worth inside it; a stage runs m = {M} of each")
 
     # ---- what wrong values say
 

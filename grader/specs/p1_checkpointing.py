@@ -21,6 +21,7 @@ from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, compute_check
 from ..core.spec import Observation, PuzzleSpec, pair_at
+from .costs import block_costs
 from .checkpoint_taken_away import without_torch_checkpoint
 
 B, D, H, L, K = 256, 32, 128, 16, 4
@@ -29,9 +30,14 @@ C = B * D * BYTES  # one [B, d] activation: a checkpoint, x, y, grad_y
 A = B * (D + 2 * H) * BYTES  # what autograd saves for one block: x @ w1 and gelu(x @ w1) [B, h], the output [B, d]
 W = 2 * L * D * H * BYTES  # the weights (and, as much again, their gradients)
 WORKSPACE = 2 * B * H * BYTES  # the backward's temporaries: gradients of [B, h] activations
-FLOPS_PER_TICK = 4096
-F = 2 * (2 * B * D * H)  # a block's forward in FLOPs: two matmuls of B x d x h (its backward: four, 2F)
-COST = CostModel(flops_per_tick=FLOPS_PER_TICK)
+COST = CostModel()
+# A block's forward and backward on the batch, every op counted (costs.py): F = 4·B·d·h + B·h + B·d (two matmuls,
+# gelu, the residual add), its backward BK = 8·B·d·h + B·h + B·d (four matmuls, gelu's backward, the two gradients
+# of its input added).
+FORWARD, BACKWARD = block_costs(B, D, H, COST)
+F, BK = FORWARD.flops, BACKWARD.flops
+PRODUCTS = 3 * L * 4 * B * D * H  # the serial forward's and backward's matrix products: a floor on the compute
+ALLOWANCE = L * B * D  # room for bookkeeping: one elementwise op on every block's [B, d] activation
 
 
 # ---- the serial truth, shared with p2
@@ -245,8 +251,10 @@ class Checkpointing(PuzzleSpec):
             "peak memory": Budget("peak memory", "W + G + 2·C + (L/k)·C + 2·C + k·A + 2·B·h·8 bytes "
                                   "(A = B·(d+2h)·8)", 2 * W + 2 * C + (L // k) * C + 2 * C + k * A + WORKSPACE,
                                   "bytes"),
-            "compute": Budget("compute", "4·L·F (serial forward and backward 3·L·F, plus one forward; "
-                              f"F = 4·B·d·h = {F:,} a block's forward)", 4 * L * F, "count"),
+            "compute": Budget("compute", "L·(2F + BK) + L·B·d (the serial forward and backward, L·(F + BK), plus "
+                              f"one more forward; F = 4·B·d·h + B·h + B·d = {F:,} a block's forward, BK = "
+                              f"8·B·d·h + B·h + B·d = {BK:,} its backward; L·B·d for bookkeeping)",
+                              L * (2 * F + BK) + ALLOWANCE, "count"),
         }
 
     def check(self, obs: Observation, ref, inputs):
@@ -263,7 +271,7 @@ class Checkpointing(PuzzleSpec):
                             measured=kept, budget=b, diagnosis="" if ok else safe_diagnosis(self.diagnose_kept, kept, k)))
         checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
         checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
-                                    least=3 * L * F))
+                                    least=PRODUCTS))
         return checks
 
     @staticmethod
@@ -289,8 +297,8 @@ class Checkpointing(PuzzleSpec):
     @staticmethod
     def diagnose_compute(fwd, bwd, k) -> str:
         """From the forward FLOPs outside backward (the forward and the recomputations) and those inside it."""
-        if bwd > 2 * L * F:
-            return (f"the backward ran {bwd / (2 * F):.0f} blocks' backwards for {L} blocks: some segment was "
+        if bwd > L * BK + ALLOWANCE:
+            return (f"the backward ran {bwd / BK:.0f} blocks' backwards for {L} blocks: some segment was "
                     f"backpropagated more than once")
         blocks = round((fwd - L * F) / F)
         quadratic = k * (L // k) * (L // k + 1) // 2

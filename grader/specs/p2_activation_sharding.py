@@ -20,7 +20,7 @@ from ..core.probe import memory_now
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, compute_check
 from ..core.spec import Observation
-from .p1_checkpointing import (A, C, F, L, W, WORKSPACE, Checkpointing, forward_result, gradients_check,
+from .p1_checkpointing import (A, ALLOWANCE, BK, C, F, L, PRODUCTS, W, WORKSPACE, Checkpointing, forward_result, gradients_check,
                                loss_and_backward, output_check, peak_check)
 
 N = 4
@@ -67,14 +67,14 @@ class CollectiveWatch:
 def gathered_ahead(obs: Observation, rank: int, k: int) -> list[tuple[int, int]]:
     """At each collective of `rank` that can rebuild a checkpoint (an all-gather, or an all-reduce or broadcast of
     whole [B, d] buffers): (checkpoints' worth gathered so far, segments backpropagated before it), read off the
-    events (a segment's backward is k blocks of 2F FLOPs)."""
+    events (a segment's backward is k blocks of BK FLOPs)."""
     compute = [e for e in obs.events_of(rank, "compute", "backward")]
     out, total = [], 0
     for e in sorted(obs.events_of(rank, "comm"), key=lambda e: e["start"]):
         if not (e["kind"] in GATHERS or e["kind"] in REBUILDS and e["nbytes"] and e["nbytes"] % C == 0):
             continue
         total += e["nbytes"]
-        done = sum(c["flops"] for c in compute if c["end"] <= e["start"]) // (k * 2 * F)
+        done = sum(c["flops"] for c in compute if c["end"] <= e["start"]) // (k * BK)
         out.append((ceil(total / C), done))
     return out
 
@@ -121,8 +121,10 @@ class ActivationSharding(Checkpointing):
             "peak memory": Budget("peak memory", "W + G + 2·C + (L/k)·C/N + 2·C + 2·C + k·A + 2·B·h·8 bytes "
                                   "(A = B·(d+2h)·8)",
                                   2 * W + 2 * C + (L // k) * C // N + 2 * C + 2 * C + k * A + WORKSPACE, "bytes"),
-            "compute": Budget("compute", "4·L·F per rank (serial forward and backward 3·L·F, plus one forward; "
-                              f"F = 4·B·d·h = {F:,} a block's forward)", 4 * L * F, "count"),
+            "compute": Budget("compute", "L·(2F + BK) + L·B·d per rank (the serial forward and backward, "
+                              f"L·(F + BK), plus one more forward; F = 4·B·d·h + B·h + B·d = {F:,} a block's "
+                              f"forward, BK = 8·B·d·h + B·h + B·d = {BK:,} its backward; L·B·d for bookkeeping)",
+                              L * (2 * F + BK) + ALLOWANCE, "count"),
         }
 
     def check(self, obs: Observation, ref, inputs):
@@ -145,7 +147,7 @@ class ActivationSharding(Checkpointing):
                    self.in_time_check(obs, budgets["gathered in time"], k),
                    peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, r, k)),
                    compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
-                                 least=3 * L * F)]
+                                 least=PRODUCTS)]
         return checks
 
     def held_check(self, obs: Observation, budget: Budget) -> Check:

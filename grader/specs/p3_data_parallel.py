@@ -15,15 +15,26 @@ from puzzles.sim import CostModel
 
 from ..core.compare import ratio
 from ..core.result import Budget
-from ..core.rules import BOOKKEEPING_BYTES, communication_check, compute_check, sent
+from ..core.rules import BOOKKEEPING_BYTES, communication_check, compute_check, product_flops, sent
 from ..core.spec import Observation, PuzzleSpec, check_layers
+from .costs import ZERO, block_costs, elementwise, loss_costs
 
 N, B, D, H, L, LR = 4, 32, 64, 256, 4, 0.1
 ROWS = B // N  # b: rows per rank
 GRADIENT_BYTES = 2 * L * D * H * 8
 ALL_REDUCE_BYTES = 2 * (N - 1) * GRADIENT_BYTES // N  # what each rank sends in an all-reduce of every gradient
-SHARE_FLOPS = 12 * ROWS * D * H * L  # per block 2 forward and 4 backward matmuls of 2·b·d·h FLOPs
-LEAST_FLOPS = SHARE_FLOPS - 2 * ROWS * D * H  # the same without the batch's own gradient (block 0's x @ w1)
+PSI = 2 * L * D * H  # the model's weights (elements)
+COST = CostModel()
+# One rank's forward and backward on its b rows, every op counted (costs.py): L blocks forward; their backward, block
+# 0 without the gradient of the batch (3 matmuls, no add); the loss on the b rows, forward and backward.
+_BLOCK, _FIRST_BACKWARD = block_costs(ROWS, D, H, COST), block_costs(ROWS, D, H, COST, input_grad=False)[1]
+FORWARD_BACKWARD = L * _BLOCK[0] + _FIRST_BACKWARD + (L - 1) * _BLOCK[1] + sum(loss_costs(ROWS, D, COST), ZERO)
+# Every rank updates every weight: average (in place), scale by lr, subtract (in place), one FLOP each per element.
+UPDATE = 2 * L * (elementwise(COST, D * H, 2) + elementwise(COST, D * H, 2) + elementwise(COST, D * H, 3))
+UPDATE_FLOPS = UPDATE.flops  # 3Ψ
+SHARE_FLOPS = FORWARD_BACKWARD.flops + UPDATE_FLOPS
+PRODUCT_FLOPS = 12 * ROWS * D * H * L  # the rank's matmuls: per block 2 forward and 4 backward of 2·b·d·h FLOPs
+LEAST_FLOPS = PRODUCT_FLOPS - 2 * ROWS * D * H  # the same without the batch's own gradient (block 0's x @ w1)
 
 
 def sgd_step(layers, x, target, lr):
@@ -47,7 +58,7 @@ class DataParallel(PuzzleSpec):
     id, name, title = "p3", "data_parallel", "Data parallel"
     entries = ("data_parallel_step",)
     world_size = N
-    cost = CostModel()
+    cost = COST
     hints = ("Average, don't add: the loss is a mean over the rows, so the full-batch gradient is the mean of "
              "the ranks' gradients.",)
 
@@ -78,8 +89,11 @@ class DataParallel(PuzzleSpec):
 
     def budgets(self, inputs):
         return {
-            "compute": Budget("compute", "1/N of the serial step: 12·b·d·h·L (b = B/N rows; per block 2 forward "
-                              "and 4 backward matmuls of 2·b·d·h)", SHARE_FLOPS, "count"),
+            "compute": Budget("compute", f"FB + 3Ψ: the forward and backward on the rank's own b = B/N rows, "
+                              f"FB = {FORWARD_BACKWARD.flops:,} (1/N of the serial step's: per block 2 forward and 4 "
+                              f"backward matmuls of 2·b·d·h, gelu, the residual add; the loss), and the update of "
+                              f"every weight, 3Ψ = {UPDATE_FLOPS:,} (average, scale, subtract: every rank updates "
+                              f"all Ψ = 2·L·d·h weights)", SHARE_FLOPS, "count"),
             "communication": Budget("communication", f"2(N-1)/N·G + {BOOKKEEPING_BYTES:,} bytes (an all-reduce of "
                                     f"every gradient, G = 2·L·d·h·8 bytes, plus scalars)",
                                     ALL_REDUCE_BYTES + BOOKKEEPING_BYTES, "bytes"),
@@ -90,18 +104,28 @@ class DataParallel(PuzzleSpec):
         budgets = self.budgets(inputs)
         diagnose = lambda bad: self.diagnose(bad, obs, ref, inputs)  # noqa: E731
         return [check_layers("updated weights", got, ref["layers"], "updated weights", diagnose),
-                compute_check(obs, budgets["compute"], self.diagnose_compute, least=LEAST_FLOPS),
+                compute_check(obs, budgets["compute"], lambda r, f, b: self.diagnose_compute(obs, r, f, b),
+                              least=LEAST_FLOPS),
                 communication_check(obs, budgets["communication"], diagnose=self.diagnose_communication)]
 
     @staticmethod
-    def diagnose_compute(rank, fwd, bwd) -> str:
-        share_fwd = 4 * ROWS * D * H * L
-        if fwd >= N * share_fwd:
-            return (f"rank {rank} ran {fwd / share_fwd:.2f}x its share of the forward: as much as the serial step "
-                    f"on the whole batch, or more. Each rank computes on its own {ROWS} rows only; the ranks share "
-                    f"their gradients, not their inputs")
-        return (f"rank {rank} ran {fwd / share_fwd:.2f}x its share of the forward and {bwd / (2 * share_fwd):.2f}x "
-                f"its share of the backward: one forward and one backward on its own rows is all the step needs")
+    def diagnose_compute(obs: Observation, rank, fwd, bwd) -> str:
+        """From the rank's products (the batch rows it ran) and, when those are its share, the rest."""
+        products = product_flops(obs, rank)
+        if products >= (N - 0.5) * PRODUCT_FLOPS:
+            return (f"rank {rank} ran {products / PRODUCT_FLOPS:.2f}x its share of the matmuls: as much as the "
+                    f"serial step on the whole batch, or more. Each rank computes on its own {ROWS} rows only; the "
+                    f"ranks share their gradients, not their inputs")
+        if products <= PRODUCT_FLOPS:
+            excess = fwd + bwd - SHARE_FLOPS
+            gathered = any(e["kind"].startswith("all_gather") for e in obs.events_of(rank, "comm"))
+            why = (": averaging all-gathered copies of every gradient on the rank? An all_reduce sums them inside "
+                   "the collective" if gathered else "")
+            return (f"rank {rank}'s matmuls were its share, but it computed {excess:,} FLOPs more than the step "
+                    f"needs in elementwise ops and reductions, {excess / PSI:.1f} passes over the Ψ = {PSI:,} "
+                    f"weights beyond the update's three{why}")
+        return (f"rank {rank} ran {products / PRODUCT_FLOPS:.2f}x its share of the matmuls: one forward and one "
+                f"backward on its own rows is all the step needs")
 
     @staticmethod
     def diagnose_communication(rank, by_kind) -> str:

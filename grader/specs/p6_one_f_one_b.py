@@ -8,7 +8,7 @@ from ..core.result import Budget, Check, fmt
 from ..core.rules import most_held
 from ..core.spec import Observation
 from .pipeline import PipelineSpec
-from .pipeline_values import F_TICKS, MB, PER, B, D, H, M, P
+from .pipeline_values import MB, PER, STAGE_WORK, WORK_SLACK, B, D, H, M, P
 
 WEIGHTS = PER * 2 * D * H * 8  # this stage's weights; their gradients are as many bytes again
 STATIC = 2 * WEIGHTS + 2 * B * D * 8  # weights, gradients, x and the returned dL/dx on rank 0
@@ -120,7 +120,8 @@ class OneFOneB(PipelineSpec):
                     "waited for their gradients")
         ahead = [self.forwards_before_first_backward(obs, r) for r in range(P)]
         want = [min(P - r, M) for r in range(P)]
-        if None not in ahead and ahead != want and max(obs.busy_ticks(r) for r in range(P)) <= M * 3 * F_TICKS:
+        if None not in ahead and ahead != want and all(obs.busy_ticks(r) <= STAGE_WORK[r].ticks * (1 + WORK_SLACK)
+                                                       for r in range(P)):
             got = ", ".join(f"rank {r}: {a}" for r, a in enumerate(ahead))
             short = [r for r in range(P) if ahead[r] < want[r]]
             why = ("Too few in flight: a rank asks for a gradient that the ranks after it cannot have computed "

@@ -26,7 +26,7 @@ LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
 PSI = 2 * L * D * H  # number of weights
 BYTES = 8  # float64
 STATE_BYTES_PER_WEIGHT = 3 * BYTES  # K: master + m + v, float64
-COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=512)
+COST = CostModel(latency_ticks=8, bytes_per_tick=512)
 VECTOR = BYTES * PSI  # one full-size float64 vector: the flat weights or the flat gradient
 DATA_PARALLEL_BYTES = 2 * (N - 1) * VECTOR // N  # what a rank sends in one all-reduce of the gradients
 

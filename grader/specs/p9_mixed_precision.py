@@ -26,7 +26,7 @@ from .optimizer_state import changes, snapshot
 
 BYTES_PER_WEIGHT = 2 + 2 + 4 + 4 + 4  # float16 weights and gradients, float32 master weights, m and v
 PARAMETER_BYTES = BYTES_PER_WEIGHT * PSI
-COST = CostModel(flops_per_tick=1024, latency_ticks=8, bytes_per_tick=512, half_precision_speedup=2)
+COST = CostModel(latency_ticks=8, bytes_per_tick=512)
 
 
 def as_number(value):

@@ -3,10 +3,11 @@ stage boundaries, and the checks of both puzzles' rules.
 
     stage gradients, input gradients   every w.grad and the returned dL/d(stage input) against the serial step
     stage compute                      each rank computes its own blocks only, each microbatch forward once (F)
-                                       and backward once (2F): at most m·3F FLOPs, so no recomputation and no
-                                       other stage's blocks
-    bubble                             1 - m·3F / makespan: how long the run took against the stage's own work,
-                                       at most (p-1)/(m+p-1) + 0.5 points, i.e. a makespan near (m+p-1)·3F
+                                       and backward once (BW), the last stage its loss too (LF, LB): at most
+                                       m·(F + BW + LF + LB) FLOPs and a little bookkeeping, so no recomputation
+                                       and no other stage's blocks
+    bubble                             1 - W/makespan, W = m·(F + BW + LF + LB) the last (busiest) stage's own
+                                       work on the clock: at most (p-1)/(m+p-1) + 0.5 points
 
 The model cut into stages, and the diagnosis of wrong values, live in pipeline_values.py.
 """
@@ -23,7 +24,8 @@ from ..core.compare import safe_diagnosis, values_check
 from ..core.result import Budget, Check, fmt
 from ..core.rules import compute_check, flops, work_sequence
 from ..core.spec import Observation, PuzzleSpec
-from .pipeline_values import (B, COST, D, F_FLOPS, F_TICKS, H, L, M, MB, P, TOLERANCE, diagnose_values, stage_of,
+from .pipeline_values import (ALLOWANCE, B, BACKWARD, COST, D, FORWARD, H, L, LOSS_BACKWARD, LOSS_FORWARD, M, MB, P,
+                              PRODUCTS, STAGE_WORK, TOLERANCE, WORK_SLACK, backward_cost, diagnose_values, forward_cost, stage_of,
                               value_pairs)
 
 
@@ -76,9 +78,13 @@ class PipelineSpec(PuzzleSpec):
         return run
 
     def budgets(self, inputs):
+        last = STAGE_WORK[P - 1]
         return {
-            "stage compute": Budget("stage compute", f"m·3F (every microbatch forward once through the stage's "
-                                    f"blocks, F = {F_FLOPS:,}, and backward once, 2F)", M * 3 * F_FLOPS, "count"),
+            "stage compute": Budget("stage compute", f"m·(F + BW + LF + LB) + m·mb·d (every microbatch forward once "
+                                    f"through the stage's blocks, F = {FORWARD.flops:,}, and backward once, "
+                                    f"BW = {BACKWARD.flops:,}; the last stage's loss, LF + LB = "
+                                    f"{(LOSS_FORWARD + LOSS_BACKWARD).flops:,}; m·mb·d for bookkeeping)",
+                                    last.flops + ALLOWANCE, "count"),
             "bubble": Budget("bubble", "(p-1)/(m+p-1) + 0.5 points = 3/11 + 0.005",
                              float(Fraction(P - 1, M + P - 1) + TOLERANCE), "fraction"),
         }
@@ -98,7 +104,7 @@ class PipelineSpec(PuzzleSpec):
         checks = [values_check("stage gradients", grad_pairs, "stage gradients", diagnose),
                   values_check("input gradients", input_pairs, "input gradients", diagnose),
                   compute_check(obs, budgets["stage compute"], self.diagnose_compute, name="stage compute",
-                                least=M * 3 * F_FLOPS),
+                                least=M * PRODUCTS),
                   self.bubble_check(obs, budgets["bubble"])]
         return checks + self.extra_checks(obs, ref, inputs)
 
@@ -106,14 +112,15 @@ class PipelineSpec(PuzzleSpec):
         return []
 
     def bubble_check(self, obs: Observation, budget: Budget) -> Check:
-        work = M * 3 * F_TICKS  # one stage's own work: m forwards of F and m backwards of 2F
-        ideal = (M + P - 1) * 3 * F_TICKS
+        work = STAGE_WORK[P - 1].ticks  # the last stage's own work: m forwards and backwards, with the loss
+        ideal = (M + P - 1) * (FORWARD + BACKWARD).ticks + M * (LOSS_FORWARD + LOSS_BACKWARD).ticks
         bubble = 1 - work / obs.makespan if obs.makespan else 0.0
         ok = bubble <= budget.value
-        message = (f"the step took {fmt(obs.makespan, 'ticks')}, against a stage's own work of m·3F = "
-                   f"{fmt(work, 'ticks')}: a bubble of 1 - m·3F/makespan = {fmt(bubble, 'fraction')}, "
-                   f"{'within' if ok else 'over'} the budget {budget.describe()} (a perfect {P}-stage pipeline of "
-                   f"{M} microbatches takes (m+p-1)·3F = {fmt(ideal, 'ticks')}). Compute per rank: "
+        message = (f"the step took {fmt(obs.makespan, 'ticks')}, against the last stage's own work of "
+                   f"W = m·(F + BW + LF + LB) = {fmt(work, 'ticks')}: a bubble of 1 - W/makespan = "
+                   f"{fmt(bubble, 'fraction')}, {'within' if ok else 'over'} the budget {budget.describe()} (a "
+                   f"perfect {P}-stage pipeline of {M} microbatches takes about (m+p-1)·(F + BW) + m·(LF + LB) = "
+                   f"{fmt(ideal, 'ticks')}). Compute per rank: "
                    f"{', '.join(f'{obs.busy_ticks(r):,}' for r in range(P))} ticks")
         return Check("bubble", ok, message, measured=round(bubble, 6), budget=budget,
                      diagnosis="" if ok else safe_diagnosis(self.diagnose_bubble, obs))
@@ -122,12 +129,13 @@ class PipelineSpec(PuzzleSpec):
 
     @staticmethod
     def sequence(obs: Observation, rank: int) -> str:
-        """'FFFFBFBF...': the rank's whole microbatch forwards (F) and backwards (2F), in order. A rank whose
+        """'FFFFBFBF...': the rank's whole microbatch forwards (F) and backwards (BW), in order. A rank whose
         backwards are lighter (rank 0 skipping dL/dx, a wrong answer of its own) has its backwards counted as the
         m equal parts of what it ran, so that the schedule still reads right."""
         backward = flops(obs, rank, "backward")
-        unit = min(2 * F_FLOPS, backward // M) if backward else 2 * F_FLOPS
-        return work_sequence(obs, rank, F_FLOPS, max(unit, 1))
+        full = backward_cost(rank).flops
+        unit = min(full, backward // M) if backward else full
+        return work_sequence(obs, rank, forward_cost(rank).flops, max(unit, 1))
 
     @classmethod
     def forwards_before_first_backward(cls, obs: Observation, rank: int) -> int | None:
@@ -138,20 +146,20 @@ class PipelineSpec(PuzzleSpec):
 
     @staticmethod
     def diagnose_compute(rank, fwd, bwd) -> str:
-        stage = M * 3 * F_FLOPS
-        if abs((fwd + bwd) - P * stage) < F_FLOPS:
-            return (f"rank {rank} computed the work of all {P} stages ({P}x a stage's m·3F): every stage's blocks "
-                    f"ran on one rank. Each rank runs only its own blocks, `layers`, and passes the activations on")
-        if abs(fwd - 2 * M * F_FLOPS) < F_FLOPS and abs(bwd - 2 * M * F_FLOPS) < F_FLOPS:
-            return (f"rank {rank} ran every microbatch's forward twice (2·m·F outside backward, m·2F inside): "
+        f, b = forward_cost(rank).flops, backward_cost(rank).flops
+        if abs((fwd + bwd) - sum(w.flops for w in STAGE_WORK)) < f:
+            return (f"rank {rank} computed the work of all {P} stages: every stage's blocks ran on one rank. Each "
+                    f"rank runs only its own blocks, `layers`, and passes the activations on")
+        if abs(fwd - 2 * M * f) < f and abs(bwd - M * b) < f:
+            return (f"rank {rank} ran every microbatch's forward twice (2·m·F outside backward, m·BW inside): "
                     f"recomputation. This puzzle keeps each microbatch's activations from its forward to its "
                     f"backward and computes each forward once")
-        return (f"rank {rank} computed {fwd / F_FLOPS:.1f} microbatch forwards' worth outside backward and "
-                f"{bwd / (2 * F_FLOPS):.1f} backwards' worth inside it; a stage runs m = {M} of each")
+        return (f"rank {rank} computed {fwd / f:.1f} microbatch forwards' worth outside backward and "
+                f"{bwd / b:.1f} backwards' worth inside it; a stage runs m = {M} of each")
 
     def diagnose_bubble(self, obs: Observation) -> str:
         busy = [obs.busy_ticks(r) for r in range(P)]
-        if max(busy) > M * 3 * F_TICKS:
+        if any(b > w.ticks * (1 + WORK_SLACK) for b, w in zip(busy, STAGE_WORK)):
             return "the ranks computed more than their stage's work (see stage compute), and the step took longer"
         sends = obs.events_of(0, "comm", "send")
         if len(sends) < M:
@@ -171,10 +179,11 @@ class PipelineSpec(PuzzleSpec):
         if obs.events_of(0, "compute", "forward") and min(e["start"] for e in sends) >= self.forwards_end(obs, 0):
             return ("rank 0 sent its first activation only after computing every forward: the next stage sat idle "
                     "all that time. Send each microbatch's activation as soon as it is computed")
-        if len(set(busy)) > 1:
-            amounts = ", ".join(f"rank {r}: {b:,}" for r, b in enumerate(busy))
-            return (f"the ranks computed different amounts ({amounts} ticks); the formula (p-1)/(m+p-1) holds for "
-                    f"stages of equal cost, m·3F = {M * 3 * F_TICKS:,} ticks each")
+        short = [r for r, (b, w) in enumerate(zip(busy, STAGE_WORK)) if b < w.ticks * (1 - WORK_SLACK)]
+        if short:
+            amounts = ", ".join(f"rank {r}: {busy[r]:,} of {STAGE_WORK[r].ticks:,}" for r in short)
+            return (f"some ranks computed less than their stage's work ({amounts} ticks), so the stages were "
+                    f"unequal; the formula (p-1)/(m+p-1) holds for stages of equal cost")
         idle = [1 - b / obs.makespan for b in busy]
         return ("the ranks idled " + ", ".join(f"rank {r}: {fmt(v, 'fraction')}" for r, v in enumerate(idle))
                 + ": look at the schedule chart for where a rank waits on a message it could have had earlier")
@@ -185,7 +194,7 @@ class PipelineSpec(PuzzleSpec):
         total = 0
         for e in obs.events_of(rank, "compute", "forward"):
             total += e["flops"]
-            if total >= M * F_FLOPS:
+            if total >= M * forward_cost(rank).flops:
                 return e["end"]
         return obs.makespan
 

@@ -18,6 +18,8 @@ import torch
 from puzzles.model import forward, loss_fn
 from puzzles.sim import CostModel
 
+from .costs import ZERO, block_costs, loss_costs
+
 D, P, T = 2, 2, 2  # data-parallel replicas, pipeline stages, tensor-parallel ranks
 WORLD = D * P * T
 B, M, DIM, H, L = 32, 4, 64, 512, 4  # batch, microbatches per replica, d, h, blocks
@@ -26,16 +28,26 @@ MB = BR // M  # rows per microbatch
 HS = H // T  # hidden columns per tensor-parallel rank
 PER = L // P  # blocks per stage
 F64 = 8
-COST = CostModel(flops_per_tick=512, latency_ticks=0, bytes_per_tick=4096)
-F_FLOPS = PER * 2 * (2 * MB * DIM * HS)  # one microbatch's forward through one stage, on one rank: 524,288
-F_TICKS = COST.compute_ticks(2 * MB * DIM * HS) * 2 * PER  # the same in ticks: 1,024
+COST = CostModel(latency_ticks=0, bytes_per_tick=4096)
+# One microbatch through one stage on one rank, every op counted (costs.py): each block with this rank's slices is
+# the plain block with h/t hidden columns (2 matmuls, gelu, the residual add after g's all-reduce); its backward
+# adds each weight gradient into the zeroed w.grad. The last stage computes the microbatch's loss too.
+_BLOCK = block_costs(MB, DIM, HS, COST, input_grad=True, accumulate=True)
+FORWARD, BACKWARD = PER * _BLOCK[0], PER * _BLOCK[1]
+LOSS_FORWARD, LOSS_BACKWARD = loss_costs(MB, DIM, COST, divide_by=M)
+F_FLOPS = FORWARD.flops
 W = 2 * L * DIM * H * F64  # bytes of the whole model's weights
 W_RANK = W // (P * T)  # what one rank holds: its stage's blocks, its tensor-parallel slice of each
 ACT = PER * (2 * MB * HS + MB * DIM) * F64  # one microbatch's saved activations on one rank's stage
 ACTIVATION = MB * DIM * F64  # one [mb, d] activation or its gradient: what a send and a TP all-reduce carry
 TP_BYTES = 2 * M * PER * 2 * (T - 1) * ACTIVATION // T  # per rank: an all-reduce per block per microbatch each way
 DP_BYTES = 2 * (D - 1) * W_RANK // D  # per rank: one all-reduce of its gradients
-SHARE_FLOPS = M * 3 * F_FLOPS  # per rank: every microbatch forward once (F) and backward once (2F)
+PRODUCTS = M * 3 * PER * 2 * (2 * MB * DIM * HS)  # per rank: its matmuls, 2 per block forward and 4 backward
+STAGE_WORK = [M * (FORWARD + BACKWARD + (LOSS_FORWARD + LOSS_BACKWARD if pp == P - 1 else ZERO)) for pp in range(P)]
+# Room for bookkeeping: one elementwise op over the rank's gradients (dividing them by D before or after their
+# all-reduce) and one over each microbatch's [mb, d] gradient.
+ALLOWANCE = W_RANK // F64 + M * MB * DIM
+SHARE_FLOPS = STAGE_WORK[P - 1].flops + ALLOWANCE  # per rank, at most: the last stage's work (the busiest)
 
 
 def coords(rank: int) -> tuple[int, int, int]:

@@ -1,10 +1,16 @@
-"""p10 with the list all-gather: each layer gathered with dist.all_gather into N shard-sized tensors and
-concatenated; every gradient shard kept until the end and all shards updated after the last backward; the SGD
-update written out of place into the shard (copy_). (The gathered parts are counted as gathered buffers; the
-concatenated layer is a copy, which the forward-memory rule counts.)"""
+"""p10 mistake (slow, not wrong in values or memory): each layer gathered with dist.all_gather into N shard-sized
+tensors and concatenated, so every gather is followed by a copy of the whole layer (torch.cat), 8 copies of
+256 KiB in the step. On the roofline clock a copy costs its memory traffic: the compute stream works 1.49·C
+where the step needs C, and compute beyond 1.25·C hides no communication. (Under the matmul-only clock of
+issue 15 this answer passed, as an alternative; torch's FSDP2 dropped exactly this copy of FSDP1's flat
+parameters.) all_gather_into_tensor into one flat buffer, and views of it, need no copy."""
 
 import torch
 import torch.nn.functional as F
+
+MISTAKE = "each layer is all-gathered into a list and copied into one tensor with torch.cat, 8 copies of a layer per step"
+EXPECTED_FAILURES = {"makespan"}
+DIAGNOSIS = "copied memory and computed nothing"
 
 
 def layer_weights(flat):

@@ -1,14 +1,15 @@
 """p3 cheat: every rank gathers the whole batch and runs the serial step, with its matrix products written as
-products and sums of elements (broadcasting), which the FLOP count does not see: the compute looks free."""
+products and sums of elements (broadcasting), which a matmul-only FLOP count would not see. Every op counts now:
+the broadcast multiplies cost their FLOPs (4x the rank's share) and none of them are products."""
 
 import torch
 import torch.nn.functional as F
 
 from puzzles.model import loss_fn
 
-MISTAKE = "every rank runs the whole batch, its matmuls hidden from the FLOP count as elementwise products and sums"
+MISTAKE = "every rank runs the whole batch, its matmuls written as elementwise products and sums"
 EXPECTED_FAILURES = {"compute"}
-DIAGNOSIS = "done without matmuls"
+DIAGNOSIS = "written as elementwise multiplies and sums"
 
 
 def matmul(a, b):

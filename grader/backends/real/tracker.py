@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from puzzles.simulator import guards
-from puzzles.simulator.clock import CostModel, Event, RankClock, follow_labels, op_dtype, op_flops, phase
+from puzzles.simulator.clock import FREE, CostModel, Event, RankClock, charge_compute, follow_labels, op_cost, phase
 from puzzles.simulator.memory import AT_IMPORT, Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
 
 
@@ -272,11 +272,10 @@ class ProcessTracker(TorchDispatchMode):
                     runtime = _in_runtime()
                 if not runtime:
                     self.storage.adopt(st, self.rank, self.sites.allocation_site())
-        flops = op_flops(func, args, kwargs, out)
-        if flops:
-            self.clock.run_compute(self.rank, self.cost.compute_ticks(flops, op_dtype(out)), flops, phase(),
-                                   self.labels[-1] if self.labels else "")
-            self.flops += flops
+        cost = op_cost(func, args, kwargs, out)
+        if cost is not FREE:
+            self.flops += charge_compute(self.clock, self.rank, self.cost, cost, func, out, self.labels,
+                                         self.sites.here)
         return out
 
     def _communicate(self, func, args, kwargs):
