@@ -1,4 +1,4 @@
-# Generated from solutions/p7_overlap.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 0e90f69e9dc6)
+# Generated from solutions/p7_overlap.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 08b8e6927c27)
 """Puzzle 7 — Overlapping communication with backward.
 
 In puzzle 3 every rank ran its whole backward pass, and only then all-reduced the gradients: the links sat idle
@@ -45,7 +45,7 @@ The simulated machine (sizes: 4 ranks, batch 32 so b = 8 rows per rank, d=64, h=
 
 Checks:
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
-  - compute: as in puzzle 3, at most FB + 3Ψ = 6,445,584 FLOPs (its own rows, and the update of every weight),
+  - compute: as in puzzle 3, at most FB + 3Ψ + L·b·d = 6,447,632 FLOPs (its own rows, and the update of every weight),
     and at least 6,029,312 FLOPs of matmuls.
   - communication: the bytes each rank sends, at most those of an all-reduce of every gradient,
     2(N-1)/N·G + 1,024 = 1,573,888 bytes (G = 2·L·d·h·8 = 1,048,576 bytes; each gradient once, alone or in

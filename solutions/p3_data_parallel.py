@@ -23,8 +23,8 @@ Checks (sizes: 4 ranks, batch B = 32 so b = 8 rows per rank, d=64, h=256, L = 4 
     and backward on its own rows, FB = 6,052,368 FLOPs, 1/N of the serial step's (per block 2 forward and 4
     backward matmuls of 2·b·d·h, gelu and the residual add and their backward; the loss on its rows), plus the
     update of every weight, 3Ψ = 393,216 FLOPs (Ψ = 2·L·d·h weights, each averaged, scaled by lr and subtracted:
-    every rank updates all of them): FB + 3Ψ = 6,445,584 FLOPs. Running the whole batch on every rank is about 4
-    times that. And at least 6,029,312 FLOPs of matrix products, its rows' matmuls without the batch's own
+    every rank updates all of them), and L·b·d = 2,048 for bookkeeping: FB + 3Ψ + L·b·d = 6,447,632 FLOPs. Running
+    the whole batch on every rank is about 4 times that. And at least 6,029,312 FLOPs of matrix products, its rows' matmuls without the batch's own
     gradient (which nobody needs): a product written as elementwise multiplies and sums costs as many FLOPs, none
     of them products.
   - communication: the bytes each rank sends, summed over every collective (ring algorithm), at most those of an

@@ -26,7 +26,7 @@ from .stubs import BEGIN, END
 
 # The README's sections by heading: the learner's are copied, the instructor's left out. A heading in neither
 # list is left out too (and named by the command), so that new instructor material never ships by accident.
-LEARNER_SECTIONS = ("Quickstart", "Solving the puzzles", "How grading works", "The simulator",
+LEARNER_SECTIONS = ("Quickstart", "Solving the puzzles", "How grading works", "The clock", "The simulator",
                     "Running on real torch.distributed")
 INSTRUCTOR_SECTIONS = ("For instructors", "Grading for credit", "Benchmarks", "Development")
 

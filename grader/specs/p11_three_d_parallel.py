@@ -26,7 +26,7 @@ from .three_d_layout import (ACT, BACKWARD, BR, COST, D, DIM, DP_BYTES, FORWARD,
                              TP_BYTES, W_RANK, WORLD, B, H, L, P, T, coords, detached, dp_ranks, groups_of, rows,
                              serial, shard, sliced, tp_ranks)
 
-TOLERANCE = Fraction(1, 200)  # half a point above (p-1)/(m+p-1), for the 1-tick all-reduces and sends
+TOLERANCE = Fraction(1, 100)  # a point above (p-1)/(m+p-1): the 1-tick all-reduces and sends, f's and g's copies
 WORK_SLACK = Fraction(1, 20)  # a rank's compute within 5% of its stage's work is that work (clones, a cat)
 # weights, their gradients, x (or target) and dx; then the larger of what GPipe holds (m microbatches' activations
 # and a weight's fresh gradient) and a flat copy of the gradients for their all-reduce (which comes after); slack A
@@ -90,7 +90,7 @@ class ThreeDParallel(PuzzleSpec):
                               f"{BACKWARD.flops:,} its backward; the last stage's loss, LF + LB = "
                               f"{(LOSS_FORWARD + LOSS_BACKWARD).flops:,}; room for one elementwise op over the "
                               "rank's gradients and each microbatch's gradient)", SHARE_FLOPS, "count"),
-            "bubble": Budget("bubble", "(p-1)/(m+p-1) + 0.5 points = 1/5 + 0.005",
+            "bubble": Budget("bubble", "(p-1)/(m+p-1) + 1 point = 1/5 + 0.01",
                              float(Fraction(P - 1, M + P - 1) + TOLERANCE), "fraction"),
         }
 

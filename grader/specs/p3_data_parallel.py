@@ -32,7 +32,8 @@ FORWARD_BACKWARD = L * _BLOCK[0] + _FIRST_BACKWARD + (L - 1) * _BLOCK[1] + sum(l
 # Every rank updates every weight: average (in place), scale by lr, subtract (in place), one FLOP each per element.
 UPDATE = 2 * L * (elementwise(COST, D * H, 2) + elementwise(COST, D * H, 2) + elementwise(COST, D * H, 3))
 UPDATE_FLOPS = UPDATE.flops  # 3Ψ
-SHARE_FLOPS = FORWARD_BACKWARD.flops + UPDATE_FLOPS
+ALLOWANCE = L * ROWS * D  # room for bookkeeping: one elementwise op on every block's [b, d] activation
+SHARE_FLOPS = FORWARD_BACKWARD.flops + UPDATE_FLOPS + ALLOWANCE
 PRODUCT_FLOPS = 12 * ROWS * D * H * L  # the rank's matmuls: per block 2 forward and 4 backward of 2·b·d·h FLOPs
 LEAST_FLOPS = PRODUCT_FLOPS - 2 * ROWS * D * H  # the same without the batch's own gradient (block 0's x @ w1)
 
@@ -89,11 +90,12 @@ class DataParallel(PuzzleSpec):
 
     def budgets(self, inputs):
         return {
-            "compute": Budget("compute", f"FB + 3Ψ: the forward and backward on the rank's own b = B/N rows, "
-                              f"FB = {FORWARD_BACKWARD.flops:,} (1/N of the serial step's: per block 2 forward and 4 "
-                              f"backward matmuls of 2·b·d·h, gelu, the residual add; the loss), and the update of "
+            "compute": Budget("compute", f"FB + 3Ψ + L·b·d: the forward and backward on the rank's own b = B/N "
+                              f"rows, FB = {FORWARD_BACKWARD.flops:,} (1/N of the serial step's: per block 2 forward "
+                              f"and 4 backward matmuls of 2·b·d·h, gelu, the residual add; the loss), the update of "
                               f"every weight, 3Ψ = {UPDATE_FLOPS:,} (average, scale, subtract: every rank updates "
-                              f"all Ψ = 2·L·d·h weights)", SHARE_FLOPS, "count"),
+                              f"all Ψ = 2·L·d·h weights), and L·b·d = {ALLOWANCE:,} for bookkeeping",
+                              SHARE_FLOPS, "count"),
             "communication": Budget("communication", f"2(N-1)/N·G + {BOOKKEEPING_BYTES:,} bytes (an all-reduce of "
                                     f"every gradient, G = 2·L·d·h·8 bytes, plus scalars)",
                                     ALL_REDUCE_BYTES + BOOKKEEPING_BYTES, "bytes"),

@@ -15,7 +15,7 @@ from ..core.result import Budget
 from ..core.rules import (BOOKKEEPING_BYTES, COMPUTE_CAP, exposed_communication, overlap_check, sent,
                           slow_compute)
 from ..core.spec import Observation
-from .p3_data_parallel import ALL_REDUCE_BYTES, FORWARD_BACKWARD, UPDATE, B, D, DataParallel, H, N
+from .p3_data_parallel import ALL_REDUCE_BYTES, FORWARD_BACKWARD, UPDATE, B, D, DataParallel, H, L, N  # noqa: F401 (L: the figures tests)
 
 ROWS = B // N  # b: rows per rank
 COST = CostModel(latency_ticks=8, bytes_per_tick=512)
