@@ -14,11 +14,14 @@ Write `data_parallel_step(dist, x_shard, target_shard, layers, lr)`:
   - `x_shard`, `target_shard`: this rank's 8 rows of the batch, [8, 64] each;
   - `layers`: this rank's replica of the weights, a list of 4 pairs (w1 [64, 256], w2 [256, 64]) with requires_grad;
   - compute `loss_fn(forward(x_shard, layers), target_shard)` (from puzzles.model), backpropagate, average every
-    gradient across the ranks with `dist.all_reduce`, and update every weight in place:
+    gradient across the ranks with `dist.all_reduce`, in `w.grad` itself, and update every weight in place:
     `w -= lr * w.grad` under `torch.no_grad()`.
 
 Checks (sizes: 4 ranks, batch B = 32 so b = 8 rows per rank, d=64, h=256, L = 4 blocks):
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
+  - averaged gradients: after the step, every rank's `w.grad` holds the gradient of the whole batch, the average
+    of the ranks' gradients, where an optimizer reads it. (Averaging the *weights* after a local step gives the
+    same weights for one plain SGD step, but not the gradients, and not the step of momentum or Adam.)
   - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 6,291,456 FLOPs: per
     block, 2 forward and 4 backward matmuls of 2·b·d·h FLOPs on its own rows (only matmuls count). Running the
     whole batch on every rank is 4 times that. And at least 6,029,312 FLOPs, the same without the batch's own
