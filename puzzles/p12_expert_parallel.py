@@ -1,4 +1,4 @@
-# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest c9d45f67b55d)
+# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest d86580e86c3f)
 """Puzzle 12 — Expert parallelism: a mixture of experts with all-to-all.
 
 The task: a mixture-of-experts layer on 4 ranks that hold 8 experts between them, 2 each. Every rank routes its
@@ -8,7 +8,7 @@ results back to the ranks they came from. An expert takes at most C = 3 tokens f
 dropped.
 
 The budgets, per rank (derived below; one token's row is d·8 = 512 bytes):
-  - expert weights: 1/N of all 8 experts', 2 experts of 131,072 bytes each: peak memory at most 675,840 bytes;
+  - expert weights: 1/N of all 8 experts', 2 experts of 131,072 bytes each: peak memory at most 806,912 bytes;
   - compute: exactly the router on its own 16 tokens plus its 2 experts on the tokens it receives and keeps,
       rank 0: 2,211,840 FLOPs   rank 1: 1,425,408   rank 2: 1,032,192   rank 3: 638,976;
   - communication: the tokens that leave their rank, out and back, in forward and again in backward, plus 1 KiB for
@@ -101,11 +101,13 @@ Checks (sizes: N = 4 ranks, E = 8 experts, 2 per rank; n = 16 tokens per rank; d
     2·(7 + 16)·512 + 1,024 = 24,576 bytes; rank 1: 2·(9 + 10)·512 + 1,024 = 20,480; rank 2: 2·(11 + 8)·512 +
     1,024 = 20,480; rank 3: 2·(12 + 5)·512 + 1,024 = 18,432. Padding every expert's share to C rows (GShard's
     fixed-size buffers), sending dropped tokens, or gathering all the tokens everywhere is over.
-  - peak memory: each rank's peak at most 2·2·W_E + 2·d·E·8 + 4·n·d·8 + N·2·C·(3·d + 3·h)·8 = 675,840 bytes: its 2
-    experts' weights and their gradients (1/N of all experts', 524,288 bytes), the router and its gradient, x,
-    target, x.grad and y ([16, 64] each), and per token it may receive (at most N·2·C = 24, whatever the routing)
-    3 rows of d (the token, its result, the token's gradient) and 3 of h (x@w1, its gelu, the gelu's gradient). A
-    rank that holds all 8 experts (1,048,576 bytes of weights, as many again of gradients) cannot fit.
+  - peak memory: each rank's peak at most 2·2·W_E + 2·d·E·8 + 4·n·d·8 + N·2·C·(3·d + 3·h)·8 + W_E = 806,912
+    bytes: its 2 experts' weights and their gradients (1/N of all experts', 524,288 bytes), the router and its
+    gradient, x, target, x.grad and y ([16, 64] each), per token it may receive (at most N·2·C = 24, whatever the
+    routing) 3 rows of d (the token, its result, the token's gradient) and 3 of h (x@w1, its gelu, the gelu's
+    gradient), and one expert's fresh weight gradients (W_E = 131,072 bytes) before autograd adds them into the
+    ones it is accumulating: an expert may run once on all its rows, or once per source rank's chunk, or per token.
+    A rank that holds all 8 experts (1,048,576 bytes of weights, as many again of gradients) cannot fit.
   - a deadlock, or an all-to-all whose split sizes do not agree between two ranks, is an error.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
     bytes, which its memory ledger could not see): a list of a few split sizes (`counts.tolist()`) is fine.
