@@ -6,6 +6,8 @@ p8_step_count_from_zero)."""
 import pytest
 import torch
 
+from puzzles import sim
+
 from grader.backends.error_causes import likely_cause
 from grader.backends.learner_code import describe_exception
 
@@ -63,3 +65,16 @@ def test_the_cause_is_appended_to_the_error_with_the_learners_line():
     assert text.splitlines()[0].startswith("RuntimeError: a leaf Variable")
     assert "in in_place_on_a_leaf: w -= 1" in text
     assert text.splitlines()[-1].startswith("likely cause: ")
+
+
+@pytest.mark.parametrize("peer, phrase", [(lambda r, n: r + 1, "`if rank < world - 1`"),
+                                          (lambda r, n: r - 1, "`if rank > 0`")])
+def test_a_pipeline_end_left_unguarded_is_named(peer, phrase):
+    def fn(dist):
+        r, n = dist.get_rank(), dist.get_world_size()
+        x = torch.ones(2, dtype=torch.float64)
+        if r == (n - 1 if peer(0, 2) == 1 else 0):  # only the end that has no neighbour there
+            dist.send(x, peer(r, n))
+
+    exc = raised(lambda: sim.run(fn, 4))
+    assert phrase in likely_cause(exc, "dist.send(y, rank + 1)")
