@@ -157,7 +157,13 @@ class Fsdp(PuzzleSpec):
                 return (f"the step is {N} times too large: reduce_scatter_tensor sums the ranks' gradients; divide "
                         f"by N = {N} for the average")
             if abs(k - 1 / N) < 1e-6:
-                return f"the step is {N} times too small: the gradient shard was averaged twice"
+                return (f"the step is {N} times too small: the gradient shard was averaged twice, or the loss's "
+                        f"gradient divided by the whole batch (N·b = {N * ROWS} rows) instead of this rank's "
+                        f"b = {ROWS}: d loss/dy = 2·(y - target)/b on this rank's rows, and the reduce-scatter's sum "
+                        f"divided by N averages it")
+            if abs(k - 1 / 2) < 1e-6:
+                return ("the step is exactly half the serial one: the loss's gradient is d loss/dy = "
+                        "2·(y - target)/b, the squared error's derivative: was the 2 left out?")
         return ""
 
     def check_gathered(self, obs: Observation, budget: Budget) -> Check:

@@ -46,6 +46,17 @@ def _close(got, expected) -> bool:
             and bool(torch.allclose(got, expected, rtol=1e-8, atol=1e-12)))
 
 
+def another_weights(values: torch.Tensor, mean_grads, own) -> str | None:
+    """The name of the weight, other than `own` (layer, 0 for w1 or 1 for w2), whose averaged gradient `values`
+    equals number for number (read flat, whatever the shapes), or None."""
+    flat = values.detach().reshape(-1)
+    for i, pair in enumerate(mean_grads):
+        for k, g in enumerate(pair):
+            if (i, k) != own and g.numel() == flat.numel() and _close(flat, g.reshape(-1)):
+                return f"layers[{i}].{('w1', 'w2')[k]}"
+    return None
+
+
 class DataParallel(PuzzleSpec):
     id, name, title = "p3", "data_parallel", "Data parallel"
     entries = ("data_parallel_step",)
@@ -140,6 +151,10 @@ class DataParallel(PuzzleSpec):
                         f"never written back into w.grad? Average the gradients themselves, in w.grad")
             return (f"w.grad still holds each rank's own gradient ({bad[0].label} is rank {rank}'s local one): "
                     f"the gradients in w.grad were never all-reduced")
+        other = another_weights(got, ref["grads"], (i, k)) if isinstance(got, torch.Tensor) else None
+        if other is not None:
+            return (f"{bad[0].label} holds the averaged gradient of {other} (its numbers, in this weight's shape): a "
+                    f"slice of a flat bucket read at another weight's offset. Is the offset advanced past each weight?")
         f = ratio(got, ref["grads"][i][k])
         if f is not None and abs(f - N) < 1e-6:
             return (f"w.grad holds {N}x the average, the sum over the ranks: divide it by dist.get_world_size() "
@@ -212,6 +227,11 @@ class DataParallel(PuzzleSpec):
                         f"divides by {N} once more (the gradient divided by {N} twice, or the learning rate by {N})")
             return (f"the update is exactly {N}x too small: the gradients divided by {N} twice, or the learning rate "
                     f"divided by {N}")
+        other = another_weights(-delta / inputs["lr"], ref["grads"], (index, k))
+        if other is not None:
+            return (f"{bad[0].label} moved by the averaged gradient of {other} (its numbers, in this weight's shape): "
+                    f"a slice of a flat bucket read at another weight's offset. Is the offset advanced past each "
+                    f"weight?")
         local = ref["local_layers"][rank][index][k] - w0
         if torch.allclose(delta, local, rtol=1e-8, atol=1e-12):
             if _close(grad, mean):

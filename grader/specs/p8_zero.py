@@ -260,6 +260,10 @@ class Zero(PuzzleSpec):
         if unchanged > 0.99:
             return ("the weights did not change: copy the gathered weights into each w in place (w.copy_(...)), "
                     "not into a new tensor or a rebound name")
+        pieces = [w.reshape(-1) for pair in got[rank] for w in pair]
+        if all(torch.equal(piece, pieces[0]) for piece in pieces[1:]):
+            return (f"every weight of rank {rank} holds the same numbers: each was copied from the same slice of the "
+                    f"gathered vector. Is the offset advanced past each weight as the weights are filled?")
         lo, hi = rank * PSI // N, (rank + 1) * PSI // N
         outside = torch.cat([mine[:lo] == start[:lo], mine[hi:] == start[hi:]]).all().item()
         if outside and not torch.equal(mine[lo:hi], start[lo:hi]):
