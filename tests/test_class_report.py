@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from grader.core.result import ERROR, FAIL, PASS, Budget, Check, PuzzleResult
 from grader.frontends import cli
 from grader.frontends.reports import class_report
@@ -129,7 +131,7 @@ def test_batch_writes_every_report_from_the_command_line(tmp_path):
     rows = {r["submission"]: r for r in csv.DictReader((out / "r.csv").open())}
     assert list(rows) == ["alice", "bob", "broken.ipynb", "notes.txt"]
     assert (rows["alice"]["points"], rows["alice"]["p3"]) == ("100", "pass")
-    assert (rows["bob"]["points"], rows["bob"]["p3"]) == ("40", "fail")  # compute and communication: 2 of 3 + 1 + 1
+    assert (rows["bob"]["points"], rows["bob"]["p3"]) == ("33.33", "fail")  # compute and communication: 2 of 3+1+1+1
     assert rows["bob"]["p3 reason"].startswith("updated weights: ")
     broken = rows["broken.ipynb"]
     assert broken["points"] == "0" and broken["error"] and "\n" not in broken["error"]
@@ -142,7 +144,7 @@ def test_batch_writes_every_report_from_the_command_line(tmp_path):
     assert "FAIL updated weights" in (out / "feedback" / "bob" / "feedback.md").read_text()
     assert json.loads((out / "gs" / "alice.json").read_text())["score"] == 100
     data = json.loads((out / "r.json").read_text())
-    assert [s["points"] for s in data["submissions"]] == [100, 40, 0, 0]
+    assert [s["points"] for s in data["submissions"]] == pytest.approx([100, 100 * 2 / 6, 0, 0])
 
 
 def test_a_bad_weights_file_stops_batch_before_any_grading(tmp_path, capsys):

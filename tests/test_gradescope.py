@@ -210,7 +210,7 @@ def stub_repository(sub):  # a clone: the stubs in puzzles/ and the notebook, bo
 @pytest.mark.parametrize("make, score, statuses, graded", [
     (solutions, 100, ["passed"] * 3, "the files at the top"),
     (stub_repository, 0, ["failed"] * 3, "puzzles.ipynb"),
-    (naive, 10.0, ["failed"] * 3, "the files at the top"),  # p3's compute and communication: 2 of its 3+1+1 weights
+    (naive, 8.3333, ["failed"] * 3, "the files at the top"),  # p3's compute and communication: 2 of its 3+1+1+1
 ])
 def test_run_autograder_grades_a_submission_locally(bundle, tmp_path, make, score, statuses, graded):
     root = tmp_path / "autograder"

@@ -258,6 +258,16 @@ class ThreeDParallel(PuzzleSpec):
             if abs(k - M) < 1e-6:
                 return (f"exactly {M}x the reference everywhere: the microbatch losses were added, not averaged; "
                         f"scale each microbatch's loss by 1/m = 1/{M}")
+            if abs(k - 1 / D) < 1e-9 and bad_inputs:
+                which = (f"every gradient, the input gradients too, is exactly 1/{D} of the serial one" if bad_grads
+                         else f"the input gradients are exactly 1/{D} of the serial ones, the weight gradients right")
+                summed = ("" if bad_grads else " (and the weight gradients summed over the replicas, not averaged, "
+                                               "which made up for it on the weights)")
+                return (f"{which}: each microbatch's loss was divided by {D} more than by m, by the number of "
+                        f"replicas for the whole batch's mean{summed}? A replica's loss is the mean over its own "
+                        f"rows, loss_fn(y, target_i) / m (the input gradients are of it); averaging the weight "
+                        f"gradients over the {D} replicas makes the full-batch mean. ({D} is also the number of "
+                        f"stages and of tensor-parallel ranks here: a division by either does the same)")
             return f"every wrong gradient is exactly {k:g}x the serial one"
         if bad_grads and not bad_inputs and all(self.is_local(obs, ref, m[0]) for m, _, _ in bad_grads):
             return ("the weight gradients are each replica's own, never combined: all-reduce them on the "
