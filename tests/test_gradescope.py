@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from decimal import Decimal
 
 import jsonschema
 import nbformat
@@ -259,9 +260,20 @@ def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_p
 
 
 @pytest.mark.parametrize("n", [3, 7, 12])
-def test_the_tests_maxima_add_up_to_the_total_whatever_the_number_of_puzzles(n):
-    """Gradescope's total is the sum of the maxima: 12 puzzles of 8.3333 would make 99.9996, not 100."""
-    maxima = gradescope.rounded_maxima([100 / n] * n)
-    assert sum(maxima) == pytest.approx(100, abs=1e-9), maxima
-    assert max(maxima) - min(maxima) <= 1e-4 + 1e-12, maxima
-    assert gradescope.score_of_test(100 / n, 100 / n, maxima[0]) == maxima[0]  # full marks are the maximum
+def test_points_are_exact_decimals_that_add_up_to_the_total(n):
+    """12 puzzles of 100/12 points were 8.333333333333334 each, and a results.json said 99.99999999999999: now
+    every figure is a decimal of two places, and they add up to 100 exactly, in the JSON's own numbers."""
+    ids = list(SPECS)[:n]
+    row = {"name": "alice", "error": "", "seconds": 1.0,
+           "puzzles": [PuzzleResult(p, SPECS[p].name, SPECS[p].title, PASS, [Check("output", True, "ok")])
+                       for p in ids]}
+    data = valid(gradescope.results_json(score_row(row, Weights(), ids), 1))
+    maxima = [t["max_score"] for t in data["tests"]]
+    assert data["score"] == 100 and json.dumps(data["score"]) == "100"
+    assert all(round(m, 2) == m and repr(m) == repr(round(m, 2)) for m in maxima), maxima
+    assert sum(Decimal(repr(m)) for m in maxima) == 100
+    assert max(maxima) - min(maxima) <= 0.01 + 1e-12
+    half = parse_weights({"partial_credit": True})
+    row["puzzles"][0].checks += [Check("memory", False, "over"), Check("time", True, "ok")]
+    data = valid(gradescope.results_json(score_row(row, half, ids), 1))
+    assert "99.99999" not in json.dumps(data) and "00000000" not in json.dumps(data)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...core.result import PASS
 from ...specs import SPECS
-from .scoring import SubmissionScore, Weights, budget_line, headline, one_line, points_text, score_row
+from .scoring import SubmissionScore, Weights, budget_line, headline, number, one_line, points_text, score_row
 
 STATUS_WORD = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "not_attempted": "not attempted",
                "not_graded": "not graded"}
@@ -78,18 +78,24 @@ def write_csv(scores: list[SubmissionScore], path: Path, puzzle_ids: list[str]) 
 # ---- JSON
 
 
+def maybe(points):
+    return None if points is None else number(points)
+
+
 def submission_dict(s: SubmissionScore) -> dict:
     puzzles = []
     for p in s.puzzles:
         d = p.result.to_dict() if p.result is not None else {"id": p.id, "title": p.title, "status": p.status,
                                                                  "checks": []}
-        d.update(points=p.points, max_points=p.max_points, reason=p.reason)
+        d.update(points=number(p.points), max_points=number(p.max_points), reason=p.reason)
         for check, score in zip(d["checks"], p.checks):
-            check.update(points=score.points, max_points=score.max_points)
+            check.update(points=maybe(score.points), max_points=maybe(score.max_points))
         d["checks"] += [{"name": c.name, "passed": False, "message": "no such check in this result",
-                         "points": c.points, "max_points": c.max_points} for c in p.checks[len(d["checks"]):]]
+                         "points": maybe(c.points), "max_points": maybe(c.max_points)}
+                        for c in p.checks[len(d["checks"]):]]
         puzzles.append(d)
-    return {"name": s.name, "kind": s.kind, "points": s.points, "max_points": s.max_points, "error": s.error,
+    return {"name": s.name, "kind": s.kind, "points": number(s.points), "max_points": number(s.max_points),
+            "error": s.error,
             "flags": s.flags, "seconds": s.seconds, "puzzles": puzzles}
 
 

@@ -17,7 +17,6 @@ instructor's log). `gradescope_bundle.py` writes the bundle (`python -m grader g
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -29,8 +28,8 @@ from pathlib import Path
 from ...core.grading import fresh_seed
 from ...core.result import PASS
 from ...specs import SPECS
-from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, one_line, parse_weights, points_text,
-                      score_row)
+from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, number, one_line, parse_weights,
+                      points_text, score_row)
 from ..stubs import learner_edited
 
 VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
@@ -56,33 +55,15 @@ def test_output(p: PuzzleScore) -> str:
     return "\n".join(lines)
 
 
-def rounded_maxima(values: list[float], places: int = 4) -> list[float]:
-    """`values` rounded to `places` decimals so that they still add up to their own rounded sum (the largest
-    remainders round up): Gradescope's total is the sum of the tests' maxima, and 12 x 8.3333 is not 100."""
-    unit = 10 ** places
-    exact = [v * unit for v in values]
-    units = [math.floor(x) for x in exact]
-    order = sorted(range(len(values)), key=lambda i: exact[i] - units[i], reverse=True)
-    for i in order[:round(sum(exact)) - sum(units)]:
-        units[i] += 1
-    return [u / unit for u in units]
-
-
-def score_of_test(points: float, max_points: float, rounded_max: float) -> float:
-    """A test's score beside its rounded maximum: full marks are exactly the maximum, a part never above it."""
-    return rounded_max if points >= max_points else min(round(points, 4), rounded_max)
-
-
 def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", stdout_visibility: str = "hidden",
                  note: str = "") -> dict:
     """One submission's results.json (a dict; json.dumps it)."""
     for v in (visibility, stdout_visibility):
         if v not in VISIBILITY:
             raise ValueError(f"visibility {v!r}: expected one of {', '.join(VISIBILITY)}")
-    maxima = rounded_maxima([p.max_points for p in s.puzzles])
-    tests = [{"name": f"{p.id} {p.title}", "score": score_of_test(p.points, p.max_points, top), "max_score": top,
+    tests = [{"name": f"{p.id} {p.title}", "score": number(p.points), "max_score": number(p.max_points),
               "status": "passed" if p.status == PASS else "failed", "output": test_output(p),
-              "visibility": visibility} for p, top in zip(s.puzzles, maxima)]
+              "visibility": visibility} for p in s.puzzles]
     head = [headline(s, seed)]
     if note:
         head.append(note)
@@ -90,7 +71,7 @@ def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", std
         head.append(f"Your submission could not be graded as a whole: {s.error.strip()}")
     if s.flags:
         head.append("Flagged for your instructor to review: " + "; ".join(one_line(f) for f in s.flags))
-    return {"score": round(sum(t["score"] for t in tests), 4), "execution_time": round(s.seconds),
+    return {"score": number(s.points), "execution_time": round(s.seconds),
             "output": "\n\n".join(head), "visibility": visibility, "stdout_visibility": stdout_visibility,
             "extra_data": {"seed": seed, "kind": s.kind, "flags": s.flags}, "tests": tests}
 

@@ -23,6 +23,10 @@ A puzzle's points are total * its weight / the sum of the graded puzzles' weight
 `total`. With partial credit, a passed check earns its share of its puzzle's points; a check named in the weights
 but absent from a result counts as failed. A puzzle that errors, is not attempted, or has any status other than
 pass or fail earns 0 (fail earns its passed checks' shares under partial credit, else 0).
+
+Points are exact decimals of PLACES places, in every report: the shares are computed as fractions and rounded by
+the largest remainder, so that they add up to their whole exactly (12 puzzles of 100 points: four of 8.34 and
+eight of 8.33, never 8.333333333333334 twelve times, which sums to 99.99999999999999).
 """
 
 from __future__ import annotations
@@ -30,48 +34,80 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 from ...core.result import FAIL, PASS, PuzzleResult, fmt
 from ...specs import SPECS
 
-DEFAULT_TOTAL = 100.0
+PLACES = 2  # points are exact decimals with this many places
+UNIT = Fraction(1, 10 ** PLACES)
+DEFAULT_TOTAL = Decimal(100)
 
 
 class WeightsError(ValueError):
     """A weights file that cannot be used as written: the message names the key and what is expected."""
 
 
+def shares(whole: Decimal, weights: list[Fraction]) -> list[Decimal]:
+    """`whole` split in proportion to `weights`, each share a decimal of PLACES places, adding up to `whole`
+    exactly: every share rounded down to the unit, then the units left over go to the largest remainders (the
+    earlier share first on a tie)."""
+    total = sum(weights, Fraction(0))
+    if not weights or total == 0:
+        return [Decimal(0) for _ in weights]
+    exact = [Fraction(whole) * w / total / UNIT for w in weights]  # in units
+    units = [x.numerator // x.denominator for x in exact]
+    left = round(Fraction(whole) / UNIT) - sum(units)
+    for i in sorted(range(len(exact)), key=lambda i: (units[i] - exact[i], i))[:left]:
+        units[i] += 1
+    return [Decimal(u).scaleb(-PLACES) for u in units]
+
+
+def number(value: Decimal) -> int | float:
+    """A point value for JSON: an int when it is whole, else the float whose shortest form is the decimal."""
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
 @dataclass
 class Weights:
-    total: float = DEFAULT_TOTAL
+    total: Decimal = DEFAULT_TOTAL
     partial_credit: bool = False
-    puzzle_weight: dict[str, float] = field(default_factory=dict)  # id -> relative weight (default 1)
+    puzzle_weight: dict[str, Fraction] = field(default_factory=dict)  # id -> relative weight (default 1)
     puzzle_partial: dict[str, bool] = field(default_factory=dict)  # id -> partial credit for this puzzle
-    check_weight: dict[str, dict[str, float]] = field(default_factory=dict)  # id -> {check name: weight}
+    check_weight: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # id -> {check name: weight}
 
     def partial(self, puzzle_id: str) -> bool:
         return self.puzzle_partial.get(puzzle_id, self.partial_credit)
 
-    def points(self, puzzle_ids: list[str]) -> dict[str, float]:
-        """Each graded puzzle's points: `total` shared by the puzzles' relative weights."""
-        weights = {p: self.puzzle_weight.get(p, 1.0) for p in puzzle_ids}
-        whole = sum(weights.values())
-        if whole <= 0:
+    def points(self, puzzle_ids: list[str]) -> dict[str, Decimal]:
+        """Each graded puzzle's points: `total` shared by the puzzles' relative weights (shares())."""
+        weights = [self.puzzle_weight.get(p, Fraction(1)) for p in puzzle_ids]
+        if sum(weights) <= 0:
             raise WeightsError(f"the graded puzzles {puzzle_ids} all weigh 0: give at least one a weight above 0")
-        return {p: self.total * w / whole for p, w in weights.items()}
+        return dict(zip(puzzle_ids, shares(self.total, weights)))
 
     def describe(self, puzzle_ids: list[str]) -> dict:
         """The weights as resolved for these puzzles (what the JSON report records)."""
-        return {"total": self.total, "puzzles": {
-            p: {"points": pts, "partial_credit": self.partial(p), "check_weights": self.check_weight.get(p, {})}
+        return {"total": number(self.total), "puzzles": {
+            p: {"points": number(pts), "partial_credit": self.partial(p),
+                "check_weights": {n: float(w) for n, w in self.check_weight.get(p, {}).items()}}
             for p, pts in self.points(puzzle_ids).items()}}
 
 
-def _number(value, where: str, positive: bool = False) -> float:
+def _number(value, where: str, positive: bool = False) -> Fraction:
+    """A number from the file, exactly as written (0.1 is a tenth, not the nearest binary fraction)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
         raise WeightsError(f"{where} must be a number {'above' if positive else 'at least'} 0, not {value!r}")
-    return float(value)
+    return Fraction(Decimal(str(value)))
+
+
+def _total(value, where: str) -> Decimal:
+    exact = _number(value, where, positive=True)
+    if exact % UNIT:
+        raise WeightsError(f"{where} must have at most {PLACES} decimals (points are exact to {UNIT}), not {value!r}")
+    return Decimal(exact.numerator) / Decimal(exact.denominator)
 
 
 def _flag(value, where: str) -> bool:
@@ -86,7 +122,7 @@ def parse_weights(data: dict, where: str = "weights") -> Weights:
     w = Weights()
     for key, value in data.items():
         if key == "total":
-            w.total = _number(value, f"{where}: total", positive=True)
+            w.total = _total(value, f"{where}: total")
         elif key == "partial_credit":
             w.partial_credit = _flag(value, f"{where}: partial_credit")
         elif key in SPECS:
@@ -145,8 +181,8 @@ def load_weights(path: Path | None) -> Weights:
 class CheckScore:
     name: str
     passed: bool
-    points: float | None  # None: all or nothing, so a check alone earns nothing
-    max_points: float | None
+    points: Decimal | None  # None: all or nothing, so a check alone earns nothing
+    max_points: Decimal | None
 
 
 @dataclass
@@ -154,8 +190,8 @@ class PuzzleScore:
     id: str
     title: str
     status: str
-    points: float
-    max_points: float
+    points: Decimal
+    max_points: Decimal
     reason: str  # one line: why it did not pass ("" when it passed)
     checks: list[CheckScore]
     result: PuzzleResult | None  # None when the whole submission failed before this puzzle was graded
@@ -171,17 +207,18 @@ class SubmissionScore:
     puzzles: list[PuzzleScore]
 
     @property
-    def points(self) -> float:
-        return sum(p.points for p in self.puzzles)
+    def points(self) -> Decimal:
+        return sum((p.points for p in self.puzzles), Decimal(0))
 
     @property
-    def max_points(self) -> float:
-        return sum(p.max_points for p in self.puzzles)
+    def max_points(self) -> Decimal:
+        return sum((p.max_points for p in self.puzzles), Decimal(0))
 
 
-def points_text(value: float) -> str:
-    """12.5 -> '12.5', 12.0 -> '12', 33.3333 -> '33.33': for people (the JSON keeps full precision)."""
-    return f"{value:.2f}".rstrip("0").rstrip(".")
+def points_text(value) -> str:
+    """12.50 -> '12.5', 12.00 -> '12', 8.34 -> '8.34': the exact decimal, without trailing zeros."""
+    text = f"{Decimal(value):.{PLACES}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def headline(s: SubmissionScore, seed: int) -> str:
@@ -231,25 +268,24 @@ def budget_line(check) -> str:
     return f"budget: {check.budget.describe()}{measured}"
 
 
-def score_puzzle(result: PuzzleResult, max_points: float, weights: Weights) -> PuzzleScore:
+def score_puzzle(result: PuzzleResult, max_points, weights: Weights) -> PuzzleScore:
+    max_points = Decimal(max_points)
     partial = weights.partial(result.id)
     named = weights.check_weight.get(result.id, {})
     present = {c.name for c in result.checks}
     rows = [(c.name, c.passed) for c in result.checks] + [(n, False) for n in named if n not in present]
-    check_scores = []
     if partial:
-        whole = sum(named.get(n, 1.0) for n, _ in rows)
-        for n, passed in rows:
-            share = max_points * named.get(n, 1.0) / whole if whole else 0.0
-            check_scores.append(CheckScore(n, passed, share if passed else 0.0, share))
+        split = shares(max_points, [named.get(n, Fraction(1)) for n, _ in rows])
+        check_scores = [CheckScore(n, passed, share if passed else Decimal(0), share)
+                        for (n, passed), share in zip(rows, split)]
     else:
         check_scores = [CheckScore(n, passed, None, None) for n, passed in rows]
     if result.status == PASS and all(c.passed for c in check_scores):
         points = max_points
     elif result.status in (PASS, FAIL) and partial:
-        points = sum(c.points for c in check_scores)
+        points = sum((c.points for c in check_scores), Decimal(0))
     else:  # error, not attempted, or a status this module does not know: not passing
-        points = 0.0
+        points = Decimal(0)
     return PuzzleScore(result.id, result.title, result.status, points, max_points, reason_of(result), check_scores,
                        result)
 
@@ -271,7 +307,7 @@ def score_row(row: dict, weights: Weights, puzzle_ids: list[str]) -> SubmissionS
         else:
             status = "not_graded" if kind == "stray" else "error"
             reason = "" if row.get("error") else "no result for this puzzle"  # the row's error says why
-            puzzles.append(PuzzleScore(pid, SPECS[pid].title if pid in SPECS else pid, status, 0.0,
+            puzzles.append(PuzzleScore(pid, SPECS[pid].title if pid in SPECS else pid, status, Decimal(0),
                                        max_points[pid], reason, [], None))
     return SubmissionScore(str(row["name"]), kind, str(row.get("error", "")), list(row.get("flags") or []),
                            float(row.get("seconds", 0.0)), puzzles)
