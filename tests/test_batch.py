@@ -73,6 +73,21 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert data["broken.ipynb"]["kind"] == "broken" and data["gina"]["puzzles"][0]["status"] == "error"
 
 
+def test_a_submission_time_limit_caps_its_puzzles_and_says_so(tmp_path):
+    """--submission-timeout: the puzzles share it; the one that runs into it says whose limit stopped it, and
+    those left are errors that say why, instead of Gradescope stopping the whole run with no results."""
+    subs = tmp_path / "subs"
+    (subs / "dave").mkdir(parents=True)
+    (subs / "dave" / "p3_data_parallel.py").write_text(HANG)
+    shutil.copy(ROOT / "solutions" / "p1_checkpointing.py", subs / "dave")
+    [row] = batch.run_batch(subs, 4, 60, 3000, ["p3", "p1"], jobs=1, progress=io.StringIO(), submission_timeout=3)
+    p3, p1 = row["puzzles"]
+    assert p3.status == "error" and p3.error.startswith("stopped after 3.0 s, what was left of the submission's time "
+                                                        "limit of 3 s")
+    assert p1.status == "error" and "the submission's time limit of 3 s ran out before this puzzle" in p1.error
+    assert row["seconds"] < 30
+
+
 # ---- the parent's checks, without a sandbox: a record is evidence, never a verdict
 
 

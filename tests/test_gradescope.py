@@ -151,7 +151,7 @@ def bundle(tmp_path_factory):
     weights = tmp / "weights.toml"
     weights.write_text('[p8]\nweight = 2\n\n[p3]\npartial_credit = true\nchecks = { "updated weights" = 3 }\n')
     assert cli.main(["gradescope", str(tmp / "bundle"), "--weights", str(weights), "-p", "p1", "-p", "p3",
-                     "-p", "p8", "--timeout", "120"]) == 0
+                     "-p", "p8", "--puzzle-timeout", "120"]) == 0
     return tmp / "bundle.zip"
 
 
@@ -169,6 +169,15 @@ def test_the_bundle_has_the_scripts_at_its_root_and_no_solutions(bundle):
         assert z.read("puzzles/p3_data_parallel.py").decode() == stub
     assert config["puzzles"] == ["p1", "p3", "p8"] and config["weights"]["p8"] == {"weight": 2}
     assert (bundle.parent / "bundle" / "run_autograder").stat().st_mode & 0o111
+
+
+def test_the_bundle_command_makes_the_parents_of_its_folder(tmp_path, capsys):
+    """It said only "error: 2" (an OSError's errno) when OUT's parent did not exist; release makes parents."""
+    assert cli.main(["gradescope", str(tmp_path / "new" / "deeper" / "bundle"), "-p", "p1"]) == 0, \
+        capsys.readouterr().err
+    assert (tmp_path / "new" / "deeper" / "bundle.zip").is_file()
+    config = json.loads((tmp_path / "new" / "deeper" / "bundle" / gradescope.CONFIG).read_text())
+    assert (config["puzzle_timeout"], config["submission_timeout"]) == (60, 540)
 
 
 def test_the_bundle_command_refuses_bad_weights_and_existing_folders(tmp_path, capsys):
@@ -245,17 +254,17 @@ def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_p
     (sub / "p8_zero.py").symlink_to(REPO / "solutions" / "p8_zero.py")  # nor a linked-in reference
     seen = {}
 
-    def fake_run_batch(folder, seed, timeout, memory_mb, puzzle_ids, jobs, progress):
+    def fake_run_batch(folder, seed, timeout, memory_mb, puzzle_ids, jobs, progress, submission_timeout):
         [item] = list(folder.iterdir())
         seen["files"] = sorted(p.relative_to(item).as_posix() for p in item.rglob("*") if p.is_file())
         seen["links"] = [p for p in item.rglob("*") if p.is_symlink()]
-        seen["args"] = (timeout, memory_mb, puzzle_ids, jobs)
+        seen["args"] = (timeout, memory_mb, puzzle_ids, jobs, submission_timeout)
         return [{"name": item.name, "error": "", "puzzles": [], "seconds": 0.0}]
 
     monkeypatch.setattr("grader.frontends.batch.parent.run_batch", fake_run_batch)
     assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
     assert seen["files"] == ["helpers/util.py", "p3_data_parallel.py"] and seen["links"] == []
-    assert seen["args"] == (120.0, 4096, ["p3"], 1)
+    assert seen["args"] == (60.0, 4096, ["p3"], 1, None)  # autograder.json without limits: the defaults
     valid(json.loads((root / "results" / "results.json").read_text()))
 
 

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from ...core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
+from ...core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
 from ...specs import select
 from . import reaper, sandbox, wire
 from .verdict import printable, verdict
@@ -169,8 +169,10 @@ class Worker:
 
 
 def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, timeout: float, memory_mb: int,
-                     puzzle_ids, scratch: Path) -> dict:
+                     puzzle_ids, scratch: Path, submission_timeout: float | None = None) -> dict:
+    """One row. Each puzzle gets `timeout` seconds, or what is left of `submission_timeout` when that is less."""
     started = time.monotonic()
+    deadline = started + submission_timeout if submission_timeout else None
     kind = kind_of(item)
     row = {"name": item.name, "kind": kind, "error": "", "puzzles": [], "seconds": 0.0, "flags": []}
     if kind == "stray":
@@ -180,9 +182,18 @@ def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, t
     try:
         row["flags"] += private_copy(item, kind, copy)
         for spec in select(puzzle_ids):
-            request = {"puzzle": spec.id, "copy": str(copy), "seed": seed, "timeout": timeout, "memory_mb": memory_mb}
+            limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if limit <= 0.5:  # not enough left to start a puzzle's process
+                row["puzzles"].append(out_of_time(spec, submission_timeout))
+                continue
+            request = {"puzzle": spec.id, "copy": str(copy), "seed": seed, "timeout": limit, "memory_mb": memory_mb}
             reply, payload = worker.run(request)
-            result, flags = verdict(spec, reply, payload, seed, timeout, memory_mb)
+            result, flags = verdict(spec, reply, payload, seed, limit, memory_mb)
+            if limit < timeout and reply.get("timed_out"):  # the submission's limit stopped it, not its own
+                _, _, said = result.error.partition("\n")
+                result.error = (f"stopped after {limit:.1f} s, what was left of the submission's time limit of "
+                                f"{submission_timeout:g} s: an endless loop, or a wait that never ends? (the puzzles "
+                                f"before it took the rest)" + ("\n" + said if said else ""))
             row["puzzles"].append(result)
             row["flags"] += flags
     except Broken as exc:
@@ -192,15 +203,22 @@ def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, t
     return _finish(row, started)
 
 
+def out_of_time(spec, submission_timeout: float) -> PuzzleResult:
+    return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=(
+        f"not graded: the submission's time limit of {submission_timeout:g} s ran out before this puzzle (the "
+        f"puzzles before it took that long: see their own errors)"))
+
+
 def _finish(row: dict, started: float) -> dict:
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
 
 
 def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_ids=None, jobs: int = 1,
-              progress=sys.stderr, sandbox_mode: str = "auto") -> list[dict]:
+              progress=sys.stderr, sandbox_mode: str = "auto", submission_timeout: float | None = None) -> list[dict]:
     """Grade every item of `folder`, `jobs` at a time; one row per item, in the folder's order. `timeout` is the
-    limit of each puzzle, in seconds, so a submission takes at most (number of puzzles) x timeout."""
+    limit of each puzzle, in seconds, so a submission takes at most (number of puzzles) x timeout, or
+    `submission_timeout` when that is given and less."""
     if not hasattr(os, "fork"):
         raise OSError("batch grading needs fork() (Linux or macOS); on Windows, run it in WSL2 or a Linux container")
     items = submissions_in(Path(folder))
@@ -223,7 +241,8 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
                     return grade_submission(item, index, None, seed, timeout, memory_mb, puzzle_ids, scratch)
                 worker = idle.get()
                 try:
-                    return grade_submission(item, index, worker, seed, timeout, memory_mb, puzzle_ids, scratch)
+                    return grade_submission(item, index, worker, seed, timeout, memory_mb, puzzle_ids, scratch,
+                                            submission_timeout)
                 finally:
                     idle.put(worker)
 

@@ -182,6 +182,7 @@ def _grade(item: Path, seed: int, config: dict, ids: list[str]) -> dict:
                     shutil.copyfile(f, target)
         else:
             shutil.copyfile(item, stage / name)
-        [row] = run_batch(stage, seed, float(config.get("timeout", 120.0)), int(config.get("memory_mb", 4096)),
-                          ids, jobs=1, progress=sys.stdout)
+        whole = config.get("submission_timeout")
+        [row] = run_batch(stage, seed, float(config.get("puzzle_timeout", 60.0)), int(config.get("memory_mb", 4096)),
+                          ids, jobs=1, progress=sys.stdout, submission_timeout=float(whole) if whole else None)
     return row
