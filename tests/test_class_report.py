@@ -93,6 +93,16 @@ def test_feedback_says_what_is_wrong_and_the_likely_cause(tmp_path):
     assert "not graded" in written[3].read_text()
 
 
+def test_feedback_says_how_to_reproduce_the_grade_where_the_learner_worked():
+    """A Colab learner has no command line: a notebook's feedback gives the check cell's call with the seed."""
+    notebook = score_row({"name": "carol.ipynb", "kind": "notebook", "error": "", "puzzles": [p3(PASS, [])]},
+                         Weights(), ["p3"])
+    text = class_report.feedback_markdown(notebook, 7, {})
+    assert 'check("p3", globals(), seed=7)' in text and "python -m grader" not in text
+    folder = class_report.feedback_markdown(scores()[0], 7, {})
+    assert "python -m grader check puzzles --seed 7" in folder and "globals()" not in folder
+
+
 def test_feedback_folders_are_safe_and_distinct():
     names = class_report.unique_folders([score_row({"name": n, "error": "", "puzzles": []}, Weights(), IDS)
                                          for n in ("a b", "a_b", "../../etc", ".hidden", "")])
@@ -134,6 +144,9 @@ def test_batch_writes_every_report_from_the_command_line(tmp_path):
     broken = rows["broken.ipynb"]
     assert broken["points"] == "0" and broken["error"] and "\n" not in broken["error"]
     assert 'File "' not in broken["error"] and "Traceback" not in broken["error"]  # no raw traceback
+    feedback = (out / "feedback" / "broken.ipynb" / "feedback.md").read_text()
+    assert str(subs) not in feedback and "broken.ipynb is not a notebook that can be read" in feedback
+    assert "Not graded" not in feedback and feedback.count("No puzzle was graded.") == 1
     assert rows["notes.txt"]["kind"] == "stray" and "not a submission" in rows["notes.txt"]["error"]
     alice = out / "feedback" / "alice"
     assert "![p3 memory](p3_memory.png)" in (alice / "feedback.md").read_text()

@@ -208,6 +208,10 @@ def test_a_notebook_with_a_missing_puzzle_says_so_on_stderr(tmp_path, capsys):
     nbformat.write(nb, str(tmp_path / "mine.ipynb"))
     assert cli.main(["check", str(tmp_path / "mine.ipynb"), "-p", "p1"]) == 0
     assert "note: mine.ipynb: no code cell holds p2" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / "mine.ipynb"), "-p", "p1", "p3"]) == 0  # nothing attempted yet
+    out = capsys.readouterr().out
+    assert "To start: open mine.ipynb" in out and "puzzles/p1_checkpointing.py" not in out
     (tmp_path / "bad.ipynb").write_text("{not json")
     assert cli.main(["check", str(tmp_path / "bad.ipynb")]) == 2
     assert "is not a notebook that can be read" in capsys.readouterr().err
@@ -256,3 +260,16 @@ def test_output_cut_short_by_its_reader_ends_quietly():
     proc.stdout.close()  # before the child writes a byte: its first write meets a closed pipe, every time
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+def test_the_notebook_card_states_each_budget_once(monkeypatch):
+    """Each message says "within the budget FORMULA = VALUE": the card printed the budget again beneath it."""
+    from grader.core import report
+
+    monkeypatch.chdir(ROOT)
+    [p1] = targets.grade_target("solutions", ["p1"], 3)
+    html = report.to_html(p1, 3)
+    budgets = [c.budget for c in p1.checks if c.budget is not None]
+    assert budgets and all(html.count(report.html.escape(b.formula)) == 1 for b in budgets), html
+    unstated = p1.checks[0].__class__("volume", False, "rank 0 sent 2 MiB", budget=budgets[0])
+    assert report.stated_budget(unstated) == budgets[0].describe()  # a message without it still gets the line

@@ -71,7 +71,8 @@ def private_copy(item: Path, kind: str, into: Path) -> list[str]:
                 for f in folder.glob("*.py"):
                     shutil.copyfile(f, into / f.name)
         except Exception as exc:  # not JSON, not a notebook, a cell that is not text, ...
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            # its name, never the path it has on the grading machine (which the learner reads in the feedback)
+            first = (str(exc).replace(str(item), item.name).strip().splitlines() or [""])[0][:200]
             raise Broken(f"could not read the notebook: {type(exc).__name__}: {printable(first)}") from None
         return flags
     entries = sorted(item.iterdir())

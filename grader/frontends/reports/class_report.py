@@ -138,6 +138,8 @@ def feedback_markdown(s: SubmissionScore, seed: int, plots: dict[str, list[str]]
         out += ["This submission could not be graded as a whole:", "", *fenced(s.error), ""]
     if s.flags:
         out += ["Flagged for your instructor to review:", "", *(f"- {one_line(f)}" for f in s.flags), ""]
+    if s.error and all(p.result is None for p in s.puzzles):  # nothing was graded: say so once, not per puzzle
+        return "\n".join(out + ["No puzzle was graded."]) + "\n"
     out += ["| puzzle | status | points |", "| --- | --- | --- |"]
     out += [(f"| {p.id} {p.title} | {STATUS_WORD.get(p.status, p.status)} | {points_text(p.points)} / "
              f"{points_text(p.max_points)} |") for p in s.puzzles]

@@ -38,6 +38,7 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+from ...core.report import stated_budget
 from ...core.result import FAIL, PASS, PuzzleResult, fmt
 from ...specs import SPECS
 
@@ -222,10 +223,14 @@ def points_text(value) -> str:
 
 
 def headline(s: SubmissionScore, seed: int) -> str:
-    """The first thing a learner reads: the points, and how to grade their own files with the same inputs."""
-    return (f"{points_text(s.points)} of {points_text(s.max_points)} points. Graded with seed {seed}: "
-            f"`python -m grader check puzzles --seed {seed}` (or `pytest --seed {seed}`) grades your files with "
-            f"the same inputs.")
+    """The first thing a learner reads: the points, and how to grade their own work with the same inputs, said
+    for where they worked (a notebook in Colab has no command line)."""
+    points = f"{points_text(s.points)} of {points_text(s.max_points)} points. Graded with seed {seed}: "
+    if s.kind == "notebook":
+        return points + (f'in your notebook, `check("p3", globals(), seed={seed})` in a puzzle\'s check cell (its '
+                         f"id for p3) grades it with the same inputs.")
+    return points + (f"`python -m grader check puzzles --seed {seed}` (or `pytest --seed {seed}`) grades your files "
+                     f"with the same inputs.")
 
 
 _FRAME = re.compile(r'File "[^"]*", line \d+|Traceback \(most recent call last\)')
@@ -261,8 +266,9 @@ def reason_of(result: PuzzleResult) -> str:
 
 
 def budget_line(check) -> str:
-    """A failed check's budget beside what was measured ("" when the check has no budget or passed)."""
-    if check.budget is None or check.passed:
+    """A failed check's budget beside what was measured ("" when the check has no budget, passed, or states its
+    budget in its own message already)."""
+    if check.passed or not stated_budget(check):
         return ""
     measured = f"; measured {fmt(check.measured, check.budget.unit)}" if check.measured is not None else ""
     return f"budget: {check.budget.describe()}{measured}"
