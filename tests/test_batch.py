@@ -47,7 +47,8 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     rows = batch.run_batch(subs, 4, 10, 3000, ["p3"], jobs=2, progress=progress)
 
     assert [r["name"] for r in rows] == sorted(p.name for p in subs.iterdir())  # one row per item, folder order
-    assert all(set(r) == {"name", "kind", "error", "puzzles", "seconds", "flags"} for r in rows)
+    assert all(set(r) == {"name", "kind", "error", "puzzles", "seconds", "flags", "graded", "note", "items"}
+               for r in rows)
     by = {r["name"]: r for r in rows}
     assert {n: r["kind"] for n, r in by.items() if r["kind"] != "folder"} == {
         "carol.ipynb": "notebook", "cora.ipynb": "notebook", "notes.txt": "stray", "broken.ipynb": "broken"}

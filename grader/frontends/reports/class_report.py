@@ -34,11 +34,14 @@ def stray_rows(folder: Path, rows: list[dict]) -> list[dict]:
     """The rows, plus one for each visible entry of `folder` that has none (a stray file that `batch` did not
     take as a submission), in the folder's order: nothing in the folder goes unmentioned."""
     by_name = {r["name"]: r for r in rows}
+    covered = {item: r["name"] for r in rows for item in r.get("items", [])}  # an LMS export's files: one row
     out = []
     for item in sorted(folder.iterdir()):
-        if item.name in by_name:
+        if covered.get(item.name) in by_name:
+            out.append(by_name.pop(covered[item.name]))
+        elif item.name in by_name:
             out.append(by_name.pop(item.name))
-        elif not item.name.startswith("."):
+        elif not item.name.startswith(".") and item.name not in covered:
             out.append({"name": item.name, "kind": "stray", "flags": [], "seconds": 0.0, "puzzles": [],
                         "error": f"not graded: {item.name} is not a submission (a notebook *.ipynb, or a folder "
                                  f"laid out like puzzles/)"})
@@ -50,7 +53,8 @@ def stray_rows(folder: Path, rows: list[dict]) -> list[dict]:
 
 def csv_header(puzzle_ids: list[str]) -> list[str]:
     per_puzzle = [col for pid in puzzle_ids for col in (pid, f"{pid} points", f"{pid} reason")]
-    return ["submission", "kind", "points", "max points", "passed", *per_puzzle, "error", "flags", "seconds"]
+    return ["submission", "kind", "graded", "points", "max points", "passed", *per_puzzle, "error", "flags",
+            "seconds"]
 
 
 def text_cell(text: str) -> str:
@@ -63,7 +67,8 @@ def csv_row(s: SubmissionScore) -> list:
     per_puzzle = [cell for p in s.puzzles for cell in (p.status, points_text(p.points), text_cell(p.reason))]
     passed = sum(p.status == PASS for p in s.puzzles)
     flags = "; ".join(one_line(f) for f in s.flags)
-    return [text_cell(s.name), s.kind, points_text(s.points), points_text(s.max_points), passed, *per_puzzle,
+    return [text_cell(s.name), s.kind, text_cell(s.graded), points_text(s.points), points_text(s.max_points), passed,
+            *per_puzzle,
             text_cell(one_line(s.error)), text_cell(flags), s.seconds]
 
 
@@ -94,8 +99,8 @@ def submission_dict(s: SubmissionScore) -> dict:
                          "points": maybe(c.points), "max_points": maybe(c.max_points)}
                         for c in p.checks[len(d["checks"]):]]
         puzzles.append(d)
-    return {"name": s.name, "kind": s.kind, "points": number(s.points), "max_points": number(s.max_points),
-            "error": s.error,
+    return {"name": s.name, "kind": s.kind, "graded": s.graded, "note": s.note, "points": number(s.points),
+            "max_points": number(s.max_points), "error": s.error,
             "flags": s.flags, "seconds": s.seconds, "puzzles": puzzles}
 
 
@@ -133,7 +138,7 @@ def fenced(text: str) -> list[str]:
 
 def feedback_markdown(s: SubmissionScore, seed: int, plots: dict[str, list[str]]) -> str:
     """The feedback file of one submission; `plots` maps a puzzle id to the image files drawn for it."""
-    out = [f"# Feedback: {s.name}", "", headline(s, seed), ""]
+    out = [f"# Feedback: {s.name}", "", headline(s, seed), ""] + ([s.note, ""] if s.note else [])
     if s.error:
         out += ["This submission could not be graded as a whole:", "", *fenced(s.error), ""]
     if s.flags:

@@ -2,9 +2,10 @@
 
     results_json(score, seed)   one submission's points in Gradescope's format: one test per puzzle (score,
                                 max_score, status, output: each check, what is wrong, the likely cause)
-    find_submission(folder)     what a learner uploaded: puzzle files, a repository holding puzzles/, a notebook
     autograde()                 what the bundle's run_autograder calls: grade AUTOGRADER_ROOT/submission through
-                                `batch` (the learner's code in its own process, with its limits) and write
+                                `batch`, which finds the work in it as it does in a class's folder (puzzle files, a
+                                repository holding puzzles/, a notebook: ../handed_in.py), the learner's code in its
+                                own process with its limits, and write
                                 AUTOGRADER_ROOT/results/results.json, whatever happens
 
 The format (Gradescope's "Autograder Specifications"): top level `score`, `execution_time`, `output`,
@@ -30,7 +31,7 @@ from ...core.result import PASS
 from ...specs import SPECS
 from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, number, one_line, parse_weights,
                       points_text, score_row)
-from ..stubs import learner_edited
+from ..handed_in import walk
 
 VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
 CONFIG = "autograder.json"  # the bundle's settings, written by gradescope_bundle.py
@@ -78,54 +79,6 @@ def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", std
 
 # ---- inside Gradescope's container
 
-SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", "node_modules", ".git"}
-
-
-def _walk(folder: Path, depth: int = 4):
-    """Folders and their files under `folder`, shallowest first, skipping hidden folders, caches and every
-    symbolic link (an uploaded link to / must not send the search, or the copy, through the whole disk)."""
-    level = [folder]
-    for _ in range(depth + 1):
-        nxt = []
-        for d in level:
-            entries = [e for e in sorted(d.iterdir()) if not e.is_symlink()]
-            yield d, [e for e in entries if e.is_file()]
-            nxt += [e for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIPPED_DIRS]
-        level = nxt
-
-
-def find_submission(folder: Path) -> tuple[Path | None, str]:
-    """(what to grade, a note for the learner). Puzzle files win over a notebook when any of them was edited (a
-    stub as generated is not where the learner worked); a folder named puzzles/ and a notebook named
-    puzzles.ipynb come first at the same depth. (None, why) when there is nothing to grade."""
-    names = {s.filename for s in SPECS.values()}
-    dirs, notebooks = [], []
-    for d, files in _walk(folder):
-        if any(f.name in names for f in files):
-            dirs.append(d)
-        notebooks += [f for f in files if f.suffix == ".ipynb"]
-    def shallowest(paths):  # the shallowest; at the same depth puzzles/ or puzzles.ipynb, then by name
-        return min(paths, key=lambda p: (len(p.relative_to(folder).parts), p.stem != "puzzles", str(p)))
-
-    d = shallowest(dirs) if dirs else None
-    nb = shallowest(notebooks) if notebooks else None
-    if d is None and nb is None:
-        return None, (f"No puzzle files ({', '.join(sorted(names))}) and no notebook (*.ipynb) were found in "
-                      f"your submission: upload your puzzle files, or your notebook.")
-    if d is not None and nb is not None:
-        edited = any(learner_edited((d / n).read_text(errors="replace")) for n in names if (d / n).is_file())
-        chosen, other = (d, nb) if edited else (nb, d)
-        return chosen, (f"Graded {_shown(chosen, folder)}; {_shown(other, folder)} was also in your submission "
-                        f"and was not graded.")
-    chosen = d if d is not None else nb
-    return chosen, f"Graded {_shown(chosen, folder)}."
-
-
-def _shown(path: Path, folder: Path) -> str:
-    rel = path.relative_to(folder)
-    return "the files at the top of your submission" if rel == Path(".") else f"{rel}{'/' if path.is_dir() else ''}"
-
-
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
@@ -146,14 +99,9 @@ def autograde(environ=os.environ) -> int:
         ids = config.get("puzzles") or list(SPECS)
         weights = parse_weights(config.get("weights") or {}, f"{CONFIG}: weights")
         visibility = {k: config.get(k, d) for k, d in (("visibility", "visible"), ("stdout_visibility", "hidden"))}
-        item, note = find_submission(root / "submission")
-        if item is None:
-            row = {"name": "submission", "kind": "stray", "error": note, "puzzles": []}
-            note = ""
-        else:
-            row = _grade(item, seed, config, ids)
+        row = _grade(root / "submission", seed, config, ids)
         row["seconds"] = time.monotonic() - started
-        _write(results, results_json(score_row(row, weights, ids), seed, note=note, **visibility))
+        _write(results, results_json(score_row(row, weights, ids), seed, note=row.get("note", ""), **visibility))
         print(f"wrote {results}", flush=True)
     except Exception:
         traceback.print_exc(file=sys.stdout)
@@ -165,23 +113,20 @@ def autograde(environ=os.environ) -> int:
     return 0
 
 
-def _grade(item: Path, seed: int, config: dict, ids: list[str]) -> dict:
-    """Grade one item through batch: a private copy (regular files only, 5 folders deep at most) in a folder of
-    its own, graded in a child process."""
+def _grade(upload: Path, seed: int, config: dict, ids: list[str]) -> dict:
+    """Grade the upload through batch, as `batch` grades one learner's folder (the same rules find the work in
+    it: ../handed_in.py): a copy of its regular files (handed_in.walk: no link, no cache, no virtual environment,
+    bounded) in a folder of its own, graded in a child process."""
     from ..batch.parent import run_batch
 
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         stage = Path(tmp) / "submissions"
-        stage.mkdir()
-        name = item.name if item.suffix == ".ipynb" else "submission"
-        if item.is_dir():
-            for _, files in _walk(item):
-                for f in files:
-                    target = stage / name / f.relative_to(item)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f, target)
-        else:
-            shutil.copyfile(item, stage / name)
+        (stage / "submission").mkdir(parents=True)
+        for folder, files in walk(upload):
+            for f in files:
+                target = stage / "submission" / f.relative_to(upload)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
         whole = config.get("submission_timeout")
         [row] = run_batch(stage, seed, float(config.get("puzzle_timeout", 60.0)), int(config.get("memory_mb", 4096)),
                           ids, jobs=1, progress=sys.stdout, submission_timeout=float(whole) if whole else None)

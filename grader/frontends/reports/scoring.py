@@ -201,11 +201,13 @@ class PuzzleScore:
 @dataclass
 class SubmissionScore:
     name: str
-    kind: str  # "folder", "notebook", "stray", "broken"
+    kind: str  # "folder", "files" (an LMS export's), "notebook", "stray", "broken"
     error: str
     flags: list[str]
     seconds: float
     puzzles: list[PuzzleScore]
+    graded: str = ""  # where in the submission the work was taken from, when not from the item itself
+    note: str = ""  # what was graded and what was not, for the learner
 
     @property
     def points(self) -> Decimal:
@@ -316,4 +318,5 @@ def score_row(row: dict, weights: Weights, puzzle_ids: list[str]) -> SubmissionS
             puzzles.append(PuzzleScore(pid, SPECS[pid].title if pid in SPECS else pid, status, Decimal(0),
                                        max_points[pid], reason, [], None))
     return SubmissionScore(str(row["name"]), kind, str(row.get("error", "")), list(row.get("flags") or []),
-                           float(row.get("seconds", 0.0)), puzzles)
+                           float(row.get("seconds", 0.0)), puzzles, str(row.get("graded", "")),
+                           str(row.get("note", "")))
