@@ -57,8 +57,13 @@ def cmd_build(args) -> int:
 
     root = REPO
     if not in_checkout():
-        print(f"error: build regenerates a checkout's puzzles/ and notebooks from its solutions/, and {root} is an "
-              f"installed package, not a checkout: run it in a clone of the repository", file=sys.stderr)
+        if (root / "pyproject.toml").is_file() and not (root / "solutions").exists():  # a student copy (release)
+            print("error: build is the instructor's: it regenerates puzzles/ and the notebooks from solutions/, "
+                  "which this copy of the puzzles does not have. You do not need it: write your answers in "
+                  "puzzles/ (or puzzles.ipynb) and grade them with `python -m grader` or `pytest`", file=sys.stderr)
+        else:
+            print(f"error: build regenerates a checkout's puzzles/ and notebooks from its solutions/, and {root} is "
+                  f"an installed package, not a checkout: run it in a clone of the repository", file=sys.stderr)
         return 2
     if args.check:
         problems = build_mod.stale(root)
@@ -279,12 +284,30 @@ def parser() -> argparse.ArgumentParser:
                     help="grade only these puzzles: -p p3, -p 3, -p p3 p4, -p p3,p4 (repeatable)")
     bt.add_argument("--jobs", "-j", type=int, default=2, help="submissions graded at once (default 2)")
     bt.add_argument("--sandbox", choices=("auto", "namespaces", "userns", "process"), default="auto",
-                    help="the isolation (default auto: the strongest this machine allows; README, 'Grading for "
-                         "credit')")
+                    help="the isolation (default auto: the strongest this machine allows; docs/grading.md, "
+                         "'Grading for credit')")
     add_report_options(bt)
     bt.set_defaults(func=cmd_batch, stray=[])
     add_gradescope_parser(sub)
     add_release_parser(sub)
+    if has_mutate():  # the instructor's tool: not in a student copy or the Gradescope bundle (shipping.py)
+        add_mutate_parser(sub)
+    zy = sub.add_parser("_zygote")  # batch's worker: forks a jail per puzzle (no help=: not listed)
+    zy.add_argument("--fd", type=int, required=True)
+    zy.add_argument("--sandbox", default="auto")
+    zy.add_argument("--slot", type=int, default=0)
+    zy.set_defaults(func=cmd_zygote)
+    sub.metavar = "{" + ",".join(name for name in sub.choices if not name.startswith("_")) + "}"
+    return p
+
+
+def has_mutate() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("grader.frontends.mutate") is not None
+
+
+def add_mutate_parser(sub) -> None:
     mu = command(sub, "mutate", "for instructors, in the project's repository: mutation testing of the grader, "
                                 "grading mutants of the reference solutions (learners' mistakes put into them); "
                                 "exit 1 if one that is not equivalent survives")
@@ -302,13 +325,6 @@ def parser() -> argparse.ArgumentParser:
                     help="a JSON list of reviewed equivalent mutants, added to the built-in list")
     mu.add_argument("--memory-mb", type=int, default=4096, help="memory a mutant may add, in MiB (default 4096)")
     mu.set_defaults(func=cmd_mutate)
-    zy = sub.add_parser("_zygote")  # batch's worker: forks a jail per puzzle (no help=: not listed)
-    zy.add_argument("--fd", type=int, required=True)
-    zy.add_argument("--sandbox", default="auto")
-    zy.add_argument("--slot", type=int, default=0)
-    zy.set_defaults(func=cmd_zygote)
-    sub.metavar = "{" + ",".join(name for name in sub.choices if not name.startswith("_")) + "}"
-    return p
 
 
 def command(sub, name: str, what: str):
@@ -333,8 +349,8 @@ def add_limit_options(parser, puzzle: float, submission: float | None) -> None:
 
 
 def add_report_options(bt) -> None:
-    bt.add_argument("--weights", metavar="FILE", help="points per puzzle and per check (TOML or JSON; README, "
-                                                      "\"For instructors\"); default: 100 points shared equally, "
+    bt.add_argument("--weights", metavar="FILE", help="points per puzzle and per check (TOML or JSON; "
+                                                      "docs/grading.md); default: 100 points shared equally, "
                                                       "a puzzle's points earned when all its checks pass")
     bt.add_argument("--feedback", metavar="DIR", help="write DIR/<submission>/feedback.md, with the plots, for each")
     bt.add_argument("--no-plots", action="store_true", help="with --feedback: no memory and schedule plots (faster)")

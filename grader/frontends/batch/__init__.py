@@ -11,7 +11,7 @@
 
 A submission flows: its copy -> a worker forks a warden -> the warden forks the jailed puzzle -> the puzzle's
 record comes back on a pipe -> verdict.py grades it in the parent -> a row -> the reports (../reports/).
-The threat model (what each part guarantees, and the tests that attack it) is in the README, "Grading for credit".
+The threat model (what each part guarantees, and the tests that attack it) is in docs/grading.md, "Grading for credit".
 """
 
 from .parent import run_batch, summary

@@ -7,7 +7,7 @@ run each puzzle in a fresh jail (sandbox.py) with its own time and memory limits
 parent, which never imports a learner's code, parses the record (record.py: no pickle), checks its
 structure, computes the reference and decides the verdict. A puzzle that loops, crashes, exits, exhausts memory
 or tampers with the grader costs that puzzle only, with a reason the learner can read. The threat model is in
-the README ("Grading for credit").
+docs/grading.md ("Grading for credit").
 """
 
 from __future__ import annotations
