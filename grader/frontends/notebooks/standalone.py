@@ -116,6 +116,10 @@ def recorded_digest(source: str) -> str | None:
 def setup_cell():
     cell = nbformat.v4.new_code_cell(setup_source())
     cell["id"] = "setup"
-    # Colab shows a form's title instead of its code; JupyterLab collapses the source.
-    cell.metadata.update({"cellView": "form", "jupyter": {"source_hidden": True}})
+    # Colab shows a form's title instead of its code; JupyterLab collapses the source. nbconvert (HTML, PDF: how a
+    # notebook is shared and printed) leaves out the source of a cell marked transient.remove_source, as its own
+    # TagRemovePreprocessor marks the cells it hides: else the page would open with about 440 KB of base64.
+    # "remove-input" says the same to Jupyter Book and to nbconvert configured to remove tagged inputs.
+    cell.metadata.update({"cellView": "form", "jupyter": {"source_hidden": True},
+                          "transient": {"remove_source": True}, "tags": ["remove-input"]})
     return cell
