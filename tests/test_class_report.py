@@ -174,3 +174,66 @@ def test_no_cell_of_the_csv_opens_as_a_formula(tmp_path):
     class_report.write_csv([score_row(row, Weights(), ["p3"])], tmp_path / "r.csv", ["p3"])
     [r] = list(csv.DictReader((tmp_path / "r.csv").open()))
     assert r["submission"] == "'=HYPERLINK(\"http://x\")" and r["p3 reason"] == "'@check: =1+1"
+
+
+def test_the_class_summary_counts_each_puzzles_outcomes_and_groups_the_reasons(tmp_path):
+    """Beside the CSV: per puzzle, how many passed, failed, erred, did not attempt it, and the most common reasons
+    (the same failed check with its likely cause is one reason, whatever the numbers), as a table and a plot."""
+    def bob_like(name, sent):
+        volume = Check("all-reduce volume", False, f"rank 0 all-reduced {sent} bytes", measured=sent,
+                       diagnosis="every gradient was all-reduced twice")
+        return {"name": name, "error": "", "seconds": 1.0,
+                "puzzles": [p3(FAIL, [Check("updated weights", True, "match"), volume]),
+                            PuzzleResult("p8", "zero", SPECS["p8"].title, "not_attempted", error="p8: write it")]}
+
+    rows = ROWS + [bob_like("erin", 2097152), bob_like("fay", 3145728)]
+    class_report.write_reports(rows, 7, IDS, csv_path=tmp_path / "r.csv")
+    text = (tmp_path / "r.summary.md").read_text()
+    assert text.startswith("# Class summary: 5 submissions (seed 7)")  # the stray row is no submission
+    [p3_row] = [line for line in text.splitlines() if line.startswith("| p3 ")]
+    cells = [c.strip() for c in p3_row.strip("|").split("|")]
+    assert cells[1:5] == ["1", "3", "1", "0"], p3_row  # alice passed; bob, erin, fay failed; dave timed out
+    assert cells[5].startswith("all-reduce volume: likely cause: every gradient was all-reduced twice (3)")
+    assert "- all-reduce volume: likely cause: every gradient was all-reduced twice (3): " \
+           "bob, the \"second\", erin, fay" in text
+    [p8_row] = [line for line in text.splitlines() if line.startswith("| p8 ")]
+    assert "error: KeyError (1)" in p8_row and "not attempted (2)" in p8_row
+    assert "Similar submissions were not compared" in text
+    png = (tmp_path / "r.summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_similar_submissions_are_found_through_renamed_names_and_never_in_what_a_learner_reads(tmp_path):
+    """copydetect's winnowing on each puzzle's code, the stub's own text left out: a copy with its names changed
+    and its comments dropped is found; a different answer and the stub itself are not. The pairs go to the CSV
+    and the summary (the instructor's), never to the feedback (it would name another learner)."""
+    import importlib.util
+    import sys as _sys
+
+    from grader.frontends.reports.similarity import compare_class, reported, similar_to
+
+    _sys.path.insert(0, str(REPO / "bench"))
+    from class_of_answers import disguise
+
+    stub = (REPO / "puzzles" / "p3_data_parallel.py").read_text()
+    answer = (REPO / "tests" / "alternatives" / "p3_flat_bucket.py").read_text()
+    other = (REPO / "tests" / "alternatives" / "p3_async_handles.py").read_text()
+    assert importlib.util.find_spec("copydetect") is not None  # the dev extra installs it
+    found = compare_class({"ann": {"p3": answer}, "ben": {"p3": disguise(answer)}, "cat": {"p3": other},
+                           "dan": {"p3": stub}}, {"p3": stub})
+    [p3_found] = found
+    pairs = {(p.a, p.b): p for p in p3_found.pairs}
+    assert pairs[("ann", "ben")].score >= 0.9, pairs[("ann", "ben")]
+    assert [(p.a, p.b) for p in reported(found)] == [("ann", "ben")]
+    assert pairs[("ann", "dan")].score == 0 and pairs[("ben", "dan")].score == 0  # the stub's text is not a match
+    cells = similar_to(found)
+    assert cells["ann"].startswith("p3: ben (") and "cat" not in cells
+    rows = [{"name": n, "error": "", "seconds": 1.0, "similar": cells.get(n, ""),
+             "puzzles": [p3(PASS, [Check("updated weights", True, "match")])]} for n in ("ann", "ben", "cat")]
+    class_report.write_reports(rows, 3, ["p3"], csv_path=tmp_path / "r.csv", feedback_dir=tmp_path / "fb",
+                               similarity=found)
+    table = {r["submission"]: r for r in csv.DictReader((tmp_path / "r.csv").open())}
+    assert table["ann"]["similar"].startswith("p3: ben (") and table["cat"]["similar"] == ""
+    assert "ann and ben" in (tmp_path / "r.summary.md").read_text()
+    assert "| ann | ben |" in (tmp_path / "r.similarity.md").read_text()
+    assert "ben" not in (tmp_path / "fb" / "ann" / "feedback.md").read_text()

@@ -36,7 +36,9 @@ RESULTS_SCHEMA = {"type": "object", "required": ["score", "tests"], "additionalP
     "output_format": {"enum": FORMATS}, "test_output_format": {"enum": FORMATS},
     "test_name_format": {"enum": FORMATS}, "visibility": {"enum": VISIBILITY},
     "stdout_visibility": {"enum": VISIBILITY}, "extra_data": {"type": "object"},
-    "tests": {"type": "array", "items": TEST}, "leaderboard": {"type": "array"}}}
+    "tests": {"type": "array", "items": TEST}, "leaderboard": {"type": "array", "items": {
+        "type": "object", "required": ["name", "value"], "additionalProperties": False, "properties": {
+            "name": {"type": "string"}, "value": {"type": ["number", "string"]}, "order": {"enum": ["asc", "desc"]}}}}}}
 
 
 def valid(data: dict, total: float = 100) -> dict:
@@ -268,3 +270,41 @@ def test_points_are_exact_decimals_that_add_up_to_the_total(n):
     row["puzzles"][0].checks += [Check("memory", False, "over"), Check("time", True, "ok")]
     data = valid(gradescope.results_json(score_row(row, half, ids), 1))
     assert "99.99999" not in json.dumps(data) and "00000000" not in json.dumps(data)
+
+
+def test_each_tests_visibility_and_the_leaderboard_come_from_the_weights_file():
+    """Gradescope's conventions: a visibility per puzzle, a check as a test of its own with its own visibility
+    (partial credit), the page's default, and the leaderboard of a passed puzzle's figures, lower first."""
+    weights = parse_weights({"visibility": "after_published", "leaderboard": ["p6 makespan", "p6 peak memory",
+                                                                              "p3 makespan"],
+                             "p3": {"visibility": "visible", "partial_credit": True,
+                                    "check_visibility": {"all-reduce volume": "hidden"}}})
+    checks = [Check("updated weights", True, "match"), Check("all-reduce volume", False, "2 MiB, over")]
+    p6 = PuzzleResult("p6", "one_f_one_b", SPECS["p6"].title, PASS, [Check("bubble", True, "ok")],
+                      peak_bytes=[400, 900, 300, 100], makespan_ticks=33826)
+    row = {"name": "ann", "error": "", "seconds": 2.0,
+           "puzzles": [PuzzleResult("p3", "data_parallel", SPECS["p3"].title, FAIL, checks), p6]}
+    data = valid(gradescope.results_json(score_row(row, weights, ["p3", "p6"]), 5, weights=weights))
+    tests = {t["name"]: t for t in data["tests"]}
+    assert [(n, t["visibility"], t["score"], t["max_score"]) for n, t in tests.items()] == [
+        ("p3 Data parallel", "visible", 25, 25), ("p3 Data parallel: all-reduce volume", "hidden", 0, 25),
+        ("p6 Pipeline parallel (1F1B)", "after_published", 50, 50)]
+    assert "all-reduce volume" not in tests["p3 Data parallel"]["output"].split("(and 1 more")[0]
+    assert "2 MiB, over" in tests["p3 Data parallel: all-reduce volume"]["output"]
+    assert data["visibility"] == "after_published"
+    assert data["leaderboard"] == [{"name": "p6 makespan", "value": 33826, "order": "asc"},
+                                   {"name": "p6 peak memory", "value": 900, "order": "asc"}]  # p3 failed: none
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"visibility": "public"}, ["visibility", "after_due_date"]),
+    ({"p3": {"check_visibility": {"x": "hidden"}}}, ["check_visibility", "partial_credit = true"]),
+    ({"leaderboard": ["p6 speed"]}, ["leaderboard", "makespan", "peak memory"]),
+    ({"leaderboard": "p6 makespan"}, ["leaderboard", "a list"]),
+])
+def test_bad_visibility_or_leaderboard_settings_are_refused(data, words):
+    from grader.frontends.reports.scoring import WeightsError
+
+    with pytest.raises(WeightsError) as err:
+        parse_weights(data)
+    assert all(w in str(err.value) for w in words), str(err.value)

@@ -149,13 +149,24 @@ def batch_weights(args):
 
 
 def write_batch_reports(args, folder, rows, seed, weights) -> int:
-    """batch's reports (class_report.py): CSV, JSON, per-student feedback, Gradescope's results.json."""
+    """batch's reports (class_report.py): CSV and its class summary, JSON, per-student feedback, Gradescope's
+    results.json; with --similarity, the similar pairs (similarity.py)."""
     from .reports import class_report
 
     rows = class_report.stray_rows(folder, rows)
-    class_report.write_reports(rows, seed, args.puzzle, weights, csv_path=args.out, json_path=args.json,
-                               feedback_dir=args.feedback, gradescope_dir=args.gradescope, plots=not args.no_plots)
-    for path in (args.out, args.json, args.feedback, args.gradescope):
+    similar = None
+    if args.similarity:
+        from .reports.similarity import SimilarityUnavailable
+
+        try:
+            similar = class_report.compare_submissions(folder, rows, args.puzzle)
+        except SimilarityUnavailable as exc:
+            print(f"warning: --similarity: {exc}; the other reports are written", file=sys.stderr)
+    written = class_report.write_reports(rows, seed, args.puzzle, weights, csv_path=args.out, json_path=args.json,
+                                         feedback_dir=args.feedback, gradescope_dir=args.gradescope,
+                                         plots=not args.no_plots, similarity=similar)
+    companions = [str(p) for p in written if p.name.endswith((".summary.md", ".summary.png", ".similarity.md"))]
+    for path in (args.out, *companions, args.json, args.feedback, args.gradescope):
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -355,10 +366,14 @@ def add_report_options(bt) -> None:
     bt.add_argument("--feedback", metavar="DIR", help="write DIR/<submission>/feedback.md, with the plots, for each")
     bt.add_argument("--no-plots", action="store_true", help="with --feedback: no memory and schedule plots (faster)")
     bt.add_argument("--gradescope", metavar="DIR", help="write DIR/<submission>.json in Gradescope's results format")
+    bt.add_argument("--similarity", action="store_true",
+                    help="also compare the submissions, puzzle by puzzle, and list the pairs whose code is alike "
+                         "in RESULTS.similarity.md and the CSV's `similar` column, for a person to read (no "
+                         "points depend on it; needs copydetect: pip install copydetect)")
 
 
 def add_gradescope_parser(sub) -> None:
-    from .reports.gradescope import VISIBILITY
+    from .reports.scoring import VISIBILITY
 
     g = command(sub, "gradescope", "for instructors: write a Gradescope autograder bundle, OUT/ and OUT.zip "
                                    "(setup.sh, run_autograder, the package without solutions or instructor tools)")

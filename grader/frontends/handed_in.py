@@ -82,6 +82,34 @@ def notebook_has_work(path: Path) -> bool:
     return any(digest(source(c)) != recorded.get(c["id"]) for c in cells)
 
 
+def attempted_code(files: dict[str, Path] | None, notebook: Path | None) -> dict[str, str]:
+    """{puzzle id: the learner's code for it} for each puzzle they attempted (a stub as generated, or a notebook
+    cell as generated, is left out): what batch --similarity compares."""
+    out = {}
+    if files is not None:
+        for spec in SPECS.values():
+            path = files.get(spec.filename)
+            if path is not None and path.is_file() and not path.is_symlink():
+                text = path.read_text(errors="replace")
+                if learner_edited(text):
+                    out[spec.id] = text
+        return out
+    try:
+        nb = json.loads(notebook.read_text(errors="replace"))
+    except (OSError, ValueError):
+        return out
+    recorded = nb.get("metadata", {}).get("puzzles", {}).get("cells", {})
+    for cell in nb.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        puzzle = next((t for t in tags if t in SPECS), cell.get("id") if cell.get("id") in SPECS else None)
+        if cell.get("cell_type") != "code" or puzzle is None:
+            continue
+        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else cell.get("source", "")
+        if digest(source) != recorded.get(cell.get("id")):
+            out[puzzle] = out.get(puzzle, "") + source + "\n"
+    return out
+
+
 def shown(path: Path, folder: Path) -> str:
     rel = path.relative_to(folder)
     return "the files at the top of the submission" if rel == Path(".") else f"{rel.as_posix()}{'/' if path.is_dir() else ''}"

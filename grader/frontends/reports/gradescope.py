@@ -9,8 +9,10 @@
                                 AUTOGRADER_ROOT/results/results.json, whatever happens
 
 The format (Gradescope's "Autograder Specifications"): top level `score`, `execution_time`, `output`,
-`visibility`, `stdout_visibility`, `extra_data` and `tests`; each test `name`, `score`, `max_score`, `status`
-("passed" or "failed"), `output`, `visibility`. Visibility is one of VISIBILITY. Gradescope shows the learner the
+`visibility`, `stdout_visibility`, `extra_data`, `tests` and, when the weights ask for one, `leaderboard` (each
+entry `name`, `value`, `order`); each test `name`, `score`, `max_score`, `status` ("passed" or "failed"),
+`output`, `visibility`: the weights file's for the puzzle, or for a check that is a test of its own, else the
+bundle's. Visibility is one of VISIBILITY. Gradescope shows the learner the
 `output` fields and, with stdout_visibility "visible", the autograder's stdout (hidden by default: it is the
 instructor's log). `gradescope_bundle.py` writes the bundle (`python -m grader gradescope OUT`).
 """
@@ -24,47 +26,95 @@ import sys
 import tempfile
 import time
 import traceback
+from decimal import Decimal
 from pathlib import Path
 
 from ...core.grading import fresh_seed
-from ...core.result import PASS
+from ...core.result import FAIL, PASS
 from ...specs import SPECS
-from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, number, one_line, parse_weights,
-                      points_text, score_row)
+from .scoring import (VISIBILITY, PuzzleScore, SubmissionScore, Weights, budget_line, headline, number, one_line,
+                      parse_weights, points_text, score_row)
 from ..handed_in import walk
 
-VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
 CONFIG = "autograder.json"  # the bundle's settings, written by gradescope_bundle.py
 WHOLE = "Not graded: your submission could not be graded as a whole (see the top of this page)."
 
 
-def test_output(p: PuzzleScore) -> str:
-    """A puzzle's part of the page the learner reads: each check with its message, budget and likely cause."""
-    lines = [f"{p.status.replace('_', ' ').upper()}: {points_text(p.points)} of {points_text(p.max_points)} points"]
+def check_lines(c, score) -> list[str]:
+    share = f" ({points_text(score.points)}/{points_text(score.max_points)})" if score.points is not None else ""
+    lines = [f"{'ok  ' if c.passed else 'FAIL'} {c.name}{share}: {c.message}"]
+    if budget_line(c):
+        lines.append(f"     {budget_line(c)}")
+    if c.diagnosis:
+        lines.append(f"     likely cause: {c.diagnosis}")
+    return lines
+
+
+def test_output(p: PuzzleScore, apart: set[str] = frozenset(), points=None) -> str:
+    """A puzzle's part of the page the learner reads: each check with its message, budget and likely cause; the
+    checks in `apart` are tests of their own (check_visibility) and only counted here."""
+    points, top = points if points is not None else (p.points, p.max_points)
+    lines = [f"{p.status.replace('_', ' ').upper()}: {points_text(points)} of {points_text(top)} points"]
     r = p.result
     if r is None or not r.checks:
         detail = (r.error if r is not None else "") or p.reason or WHOLE
         return "\n".join(lines + ([""] + detail.rstrip().splitlines() if detail else []))
     for c, score in zip(r.checks, p.checks):
-        share = f" ({points_text(score.points)}/{points_text(score.max_points)})" if score.points is not None else ""
-        lines.append(f"{'ok  ' if c.passed else 'FAIL'} {c.name}{share}: {c.message}")
-        if budget_line(c):
-            lines.append(f"     {budget_line(c)}")
-        if c.diagnosis:
-            lines.append(f"     likely cause: {c.diagnosis}")
-    lines += [f"FAIL {c.name}: this check is missing from the result" for c in p.checks[len(r.checks):]]
+        if c.name not in apart:
+            lines += check_lines(c, score)
+    lines += [f"FAIL {c.name}: this check is missing from the result" for c in p.checks[len(r.checks):]
+              if c.name not in apart]
+    if apart:
+        lines.append(f"(and {len(apart)} more: {', '.join(sorted(apart))}, each a test of its own)")
     return "\n".join(lines)
 
 
+def puzzle_tests(p: PuzzleScore, weights: Weights, visibility: str) -> list[dict]:
+    """The puzzle's test, and one test for each of its checks that the weights give a visibility of its own
+    (partial credit: each check's points go with it)."""
+    own = weights.check_visibility.get(p.id, {})
+    scored = {c.name: c for c in p.checks}
+    apart = [name for name in own if name in scored]
+    points = p.points - sum((scored[n].points or 0 for n in apart), Decimal(0))
+    top = p.max_points - sum((scored[n].max_points or 0 for n in apart), Decimal(0))
+    tests = [{"name": f"{p.id} {p.title}", "score": number(points), "max_score": number(top),
+              "status": "passed" if p.status == PASS else "failed",
+              "output": test_output(p, set(apart), (points, top)),
+              "visibility": weights.puzzle_visibility.get(p.id, visibility)}]
+    results = {c.name: c for c in (p.result.checks if p.result is not None else [])}
+    for name in apart:
+        score, check = scored[name], results.get(name)
+        output = check_lines(check, score) if check is not None else [f"FAIL {name}: this check is missing"]
+        tests.append({"name": f"{p.id} {p.title}: {name}", "score": number(score.points or Decimal(0)),
+                      "max_score": number(score.max_points or Decimal(0)),
+                      "status": "passed" if score.passed and p.status in (PASS, FAIL) else "failed",
+                      "output": "\n".join(output), "visibility": own[name]})
+    return tests
+
+
+def leaderboard(s: SubmissionScore, weights: Weights) -> list[dict]:
+    """Gradescope's leaderboard entries the weights ask for: a figure of each puzzle that passed (a failed
+    answer's makespan or memory says nothing worth ranking), lower is better."""
+    entries = []
+    for pid, metric in weights.leaderboard:
+        p = next((p for p in s.puzzles if p.id == pid), None)
+        if p is None or p.status != PASS or p.result is None:
+            continue
+        value = p.result.makespan_ticks if metric == "makespan" else max(p.result.peak_bytes or [0])
+        entries.append({"name": f"{pid} {metric}", "value": value, "order": "asc"})
+    return entries
+
+
 def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", stdout_visibility: str = "hidden",
-                 note: str = "") -> dict:
-    """One submission's results.json (a dict; json.dumps it)."""
+                 note: str = "", weights: Weights | None = None) -> dict:
+    """One submission's results.json (a dict; json.dumps it). The weights' visibility, where they set one, wins
+    over `visibility`."""
+    weights = weights or Weights()
     for v in (visibility, stdout_visibility):
         if v not in VISIBILITY:
             raise ValueError(f"visibility {v!r}: expected one of {', '.join(VISIBILITY)}")
-    tests = [{"name": f"{p.id} {p.title}", "score": number(p.points), "max_score": number(p.max_points),
-              "status": "passed" if p.status == PASS else "failed", "output": test_output(p),
-              "visibility": visibility} for p in s.puzzles]
+    visibility = weights.visibility or visibility
+    tests = [test for p in s.puzzles for test in puzzle_tests(p, weights, visibility)]
     head = [headline(s, seed)]
     if note:
         head.append(note)
@@ -72,9 +122,12 @@ def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", std
         head.append(f"Your submission could not be graded as a whole: {s.error.strip()}")
     if s.flags:
         head.append("Flagged for your instructor to review: " + "; ".join(one_line(f) for f in s.flags))
-    return {"score": number(s.points), "execution_time": round(s.seconds),
+    data = {"score": number(s.points), "execution_time": round(s.seconds),
             "output": "\n\n".join(head), "visibility": visibility, "stdout_visibility": stdout_visibility,
             "extra_data": {"seed": seed, "kind": s.kind, "flags": s.flags}, "tests": tests}
+    if weights.leaderboard:
+        data["leaderboard"] = leaderboard(s, weights)
+    return data
 
 
 # ---- inside Gradescope's container
@@ -101,7 +154,8 @@ def autograde(environ=os.environ) -> int:
         visibility = {k: config.get(k, d) for k, d in (("visibility", "visible"), ("stdout_visibility", "hidden"))}
         row = _grade(root / "submission", seed, config, ids)
         row["seconds"] = time.monotonic() - started
-        _write(results, results_json(score_row(row, weights, ids), seed, note=row.get("note", ""), **visibility))
+        _write(results, results_json(score_row(row, weights, ids), seed, note=row.get("note", ""), weights=weights,
+                                     **visibility))
         print(f"wrote {results}", flush=True)
     except Exception:
         traceback.print_exc(file=sys.stdout)

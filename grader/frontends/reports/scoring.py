@@ -19,6 +19,16 @@ The weights file, TOML (Python 3.11+) or JSON with the same structure; every key
     partial_credit = true     # this puzzle only
     checks = { "weights after k steps" = 3, "optimizer state" = 1 }   # relative; a check not named weighs 1
 
+Gradescope's conventions (gradescope.py), in the same file:
+
+    visibility = "visible"    # every test's: visible, hidden, after_due_date, after_published
+    leaderboard = ["p6 makespan", "p6 peak memory"]   # Gradescope's leaderboard: a passed puzzle's figures
+
+    [p6]
+    visibility = "after_due_date"                        # p6's test
+    check_visibility = { "1F1B schedule" = "hidden" }    # this check as a test of its own (partial credit only:
+                                                         # all or nothing, the puzzle's points would tell it)
+
 A puzzle's points are total * its weight / the sum of the graded puzzles' weights, so they always add up to
 `total`. With partial credit, a passed check earns its share of its puzzle's points; a check named in the weights
 but absent from a result counts as failed. A puzzle that errors, is not attempted, or has any status other than
@@ -42,6 +52,8 @@ from ...core.report import stated_budget
 from ...core.result import FAIL, PASS, PuzzleResult, fmt
 from ...specs import SPECS
 
+VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")  # Gradescope's, for a test or a page
+LEADERBOARD = {"makespan": "the simulated makespan, ticks", "peak memory": "the largest peak of any rank, bytes"}
 PLACES = 2  # points are exact decimals with this many places
 UNIT = Fraction(1, 10 ** PLACES)
 DEFAULT_TOTAL = Decimal(100)
@@ -78,6 +90,10 @@ class Weights:
     puzzle_weight: dict[str, Fraction] = field(default_factory=dict)  # id -> relative weight (default 1)
     puzzle_partial: dict[str, bool] = field(default_factory=dict)  # id -> partial credit for this puzzle
     check_weight: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # id -> {check name: weight}
+    visibility: str | None = None  # every Gradescope test's (None: the bundle's --visibility)
+    puzzle_visibility: dict[str, str] = field(default_factory=dict)  # id -> its test's visibility
+    check_visibility: dict[str, dict[str, str]] = field(default_factory=dict)  # id -> {check: its own test's}
+    leaderboard: list[tuple[str, str]] = field(default_factory=list)  # (puzzle id, LEADERBOARD key)
 
     def partial(self, puzzle_id: str) -> bool:
         return self.puzzle_partial.get(puzzle_id, self.partial_credit)
@@ -126,16 +142,44 @@ def parse_weights(data: dict, where: str = "weights") -> Weights:
             w.total = _total(value, f"{where}: total")
         elif key == "partial_credit":
             w.partial_credit = _flag(value, f"{where}: partial_credit")
+        elif key == "visibility":
+            w.visibility = _visibility(value, f"{where}: visibility")
+        elif key == "leaderboard":
+            w.leaderboard = _leaderboard(value, f"{where}: leaderboard")
         elif key in SPECS:
             _parse_puzzle(w, key, value, f"{where}: [{key}]")
         else:
-            raise WeightsError(f"{where}: unknown key {key!r}; expected total, partial_credit or a puzzle id "
-                               f"({', '.join(SPECS)})")
+            raise WeightsError(f"{where}: unknown key {key!r}; expected total, partial_credit, visibility, "
+                               f"leaderboard or a puzzle id ({', '.join(SPECS)})")
     for puzzle_id, checks in w.check_weight.items():
         if checks and not w.partial(puzzle_id):
             raise WeightsError(f"{where}: [{puzzle_id}] weighs its checks but partial credit is off for it, so the "
                                f"check weights would do nothing: add partial_credit = true")
+    for puzzle_id, checks in w.check_visibility.items():
+        if checks and not w.partial(puzzle_id):
+            raise WeightsError(f"{where}: [{puzzle_id}] check_visibility makes checks tests of their own, which "
+                               f"needs partial_credit = true (all or nothing, the puzzle's points would tell a "
+                               f"hidden check's outcome)")
     return w
+
+
+def _visibility(value, where: str) -> str:
+    if value not in VISIBILITY:
+        raise WeightsError(f"{where} must be one of {', '.join(VISIBILITY)}, not {value!r}")
+    return value
+
+
+def _leaderboard(value, where: str) -> list[tuple[str, str]]:
+    if not isinstance(value, list):
+        raise WeightsError(f"{where}: expected a list like [\"p6 makespan\", \"p6 peak memory\"], not {value!r}")
+    out = []
+    for entry in value:
+        pid, _, metric = str(entry).partition(" ")
+        if pid not in SPECS or metric not in LEADERBOARD:
+            raise WeightsError(f"{where}: {entry!r} is not \"PUZZLE FIGURE\" (a puzzle id, then one of "
+                               f"{', '.join(LEADERBOARD)})")
+        out.append((pid, metric))
+    return out
 
 
 def _parse_puzzle(w: Weights, puzzle_id: str, table, where: str) -> None:
@@ -150,8 +194,17 @@ def _parse_puzzle(w: Weights, puzzle_id: str, table, where: str) -> None:
             if not isinstance(value, dict):
                 raise WeightsError(f"{where} checks: expected a table of check name = weight, not {value!r}")
             w.check_weight[puzzle_id] = {str(n): _number(v, f"{where} checks.{n!r}") for n, v in value.items()}
+        elif key == "visibility":
+            w.puzzle_visibility[puzzle_id] = _visibility(value, f"{where} visibility")
+        elif key == "check_visibility":
+            if not isinstance(value, dict):
+                raise WeightsError(f"{where} check_visibility: expected a table of check name = visibility, not "
+                                   f"{value!r}")
+            w.check_visibility[puzzle_id] = {str(n): _visibility(v, f"{where} check_visibility.{n!r}")
+                                             for n, v in value.items()}
         else:
-            raise WeightsError(f"{where}: unknown key {key!r}; expected weight, partial_credit or checks")
+            raise WeightsError(f"{where}: unknown key {key!r}; expected weight, partial_credit, checks, visibility "
+                               f"or check_visibility")
 
 
 def read_weights_file(path: Path) -> dict:
