@@ -7,8 +7,8 @@ Learner i hands in, for each puzzle, its i-th answer among tests/alternatives/ (
 tests/wrong/ (each a deliberate mistake) and tests/naive/, in that order, and the stub when a puzzle has fewer
 answers than that (not attempted). `reference` hands in solutions/. Two near-copies are added: `twin` is
 learner-03's files with its names changed, comments and blank lines added and removed (what a copier does to
-hide a copy), and `partial-twin` is learner-07's p3 and p5 copied the same way beside answers of its own. The
-similarity report should list those pairs and few others. bench/CLASS.md records a run.
+hide a copy), and `partial-twin` is learner-07's p3 and p5 copied the same way beside answers of its own (the
+pools' 17th, where a puzzle has one). The similarity report should list those two pairs first. bench/CLASS.md records a run.
 """
 
 from __future__ import annotations
@@ -80,7 +80,11 @@ def build_class(out: Path) -> Path:
     (subs / "twin").mkdir()
     for path in sorted((subs / "learner-03").iterdir()):
         (subs / "twin" / path.name).write_text(disguise(path.read_text()))
-    shutil.copytree(subs / f"learner-{learners - 1:02d}", subs / "partial-twin")
+    (subs / "partial-twin").mkdir()
+    for spec in SPECS.values():  # answers of its own (the pools' next ones), but p3 and p5 copied from learner-07
+        pool = pools[spec.id]
+        source = pool[learners].read_text() if learners < len(pool) else stubs[spec.filename]
+        (subs / "partial-twin" / spec.filename).write_text(source)
     for name in ("p3_data_parallel.py", "p5_gpipe.py"):
         (subs / "partial-twin" / name).write_text(disguise((subs / "learner-07" / name).read_text()))
     return subs

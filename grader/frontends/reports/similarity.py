@@ -3,8 +3,13 @@ penalty: two correct answers to a short puzzle can be alike by nature, and the r
 on that puzzle (its median pair) so that a pair that stands out can be told from one that does not.
 
     compare_class(sources, stubs)   per puzzle, every pair of submissions that attempted it, most alike first
-    similarity_markdown(found)      RESULTS.similarity.md: per puzzle, the pairs at or above THRESHOLD
-    similar_to(found)               {submission: "p3: bob (92%); ..."}: the CSV's `similar` column
+    pairs_across(found)             per pair of submissions, the puzzles on which their code is the same
+    similarity_markdown(found)      RESULTS.similarity.md: the pairs of submissions alike on several puzzles, then
+                                    per puzzle the pairs that stand out from the class's median pair
+    similar_to(found)               {submission: "bob: 5 of 12 puzzles the same (p1, p3, ...)"}: the CSV's column
+
+Why across puzzles: answers derived from one reference (or a short puzzle's natural answer) can make every pair
+of a class alike on one puzzle; a copy is the same on many.
 
 The comparison is copydetect's (PyPI; the winnowing of k-gram fingerprints that MOSS uses, after Schleimer,
 Wilkerson and Aiken): each puzzle's code is tokenized with Pygments and its names replaced (so renaming variables
@@ -21,7 +26,10 @@ import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
 
-THRESHOLD = 0.6  # a pair is reported when the larger of its two shares reaches this
+THRESHOLD = 0.6  # a pair stands out on a puzzle from this, when also well above the puzzle's median pair
+ABOVE_MEDIAN = 0.25
+SAME = 0.99  # each holds this much of the other's code: the same code, names and comments aside
+SEVERAL = 2  # a pair of submissions with the same code on this many puzzles is listed
 NOISE, GUARANTEE = 25, 30  # copydetect's defaults: k-grams of 25 filtered characters, winnowing window 6
 
 
@@ -79,27 +87,60 @@ def compare_class(sources: dict[str, dict[str, str]], stubs: dict[str, str]) -> 
     return out
 
 
+def stands_out(p: Pair, ps: PuzzleSimilarity, threshold: float = THRESHOLD) -> bool:
+    return min(p.share_a, p.share_b) >= SAME or p.score >= max(threshold, ps.median + ABOVE_MEDIAN)
+
+
 def reported(found: list[PuzzleSimilarity], threshold: float = THRESHOLD) -> list[Pair]:
-    return [p for ps in found for p in ps.pairs if p.score >= threshold]
+    """Each puzzle's pairs that stand out: the same code, or far more alike than the class's median pair."""
+    return [p for ps in found for p in ps.pairs if stands_out(p, ps, threshold)]
+
+
+@dataclass
+class SubmissionPair:
+    a: str
+    b: str
+    compared: int  # puzzles both attempted
+    same: list[str]  # puzzles on which each holds SAME of the other's code
+    mean: float  # the mean of the pair's scores over those puzzles
+
+
+def pairs_across(found: list[PuzzleSimilarity]) -> list[SubmissionPair]:
+    """Every pair of submissions with the same code on SEVERAL puzzles or more, the most such puzzles first."""
+    scores: dict[tuple[str, str], list[Pair]] = {}
+    for ps in found:
+        for p in ps.pairs:
+            scores.setdefault((p.a, p.b), []).append(p)
+    out = [SubmissionPair(a, b, len(ps), [p.puzzle for p in ps if min(p.share_a, p.share_b) >= SAME],
+                          statistics.mean(p.score for p in ps)) for (a, b), ps in scores.items()]
+    return sorted((s for s in out if len(s.same) >= SEVERAL), key=lambda s: (-len(s.same), -s.mean, s.a, s.b))
 
 
 def percent(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def similarity_markdown(found: list[PuzzleSimilarity], threshold: float = THRESHOLD) -> str:
+def similarity_markdown(found: list[PuzzleSimilarity], threshold: float = THRESHOLD, most: int = 10) -> str:
     out = ["# Similar submissions", "",
-           f"Pairs whose code for a puzzle is alike (copydetect's winnowing, names normalised, the stub's own text "
-           f"left out): each share is how much of one submission's code the other holds. Listed from "
-           f"{percent(threshold)}; the class's median pair is beside each puzzle, since correct answers to a short "
-           f"puzzle are alike by nature. For a person to read: similarity is not proof of copying, and no points "
-           f"depend on it.", "",
-           "| puzzle | attempted by | median pair | pairs listed |", "| --- | ---: | ---: | ---: |"]
+           "Code compared puzzle by puzzle (copydetect's winnowing, names normalised, the stub's own text left out); "
+           "a pair's share is how much of one submission's code the other holds. For a person to read: similarity "
+           "is not proof of copying, and no points depend on it.", "",
+           f"## Pairs of submissions with the same code on {SEVERAL} puzzles or more", ""]
+    across = pairs_across(found)
+    out += ["| submission | submission | puzzles the same | of those both attempted | mean share |",
+            "| --- | --- | --- | ---: | ---: |"] if across else ["None."]
+    out += [f"| {s.a} | {s.b} | {len(s.same)}: {', '.join(s.same)} | {s.compared} | {percent(s.mean)} |"
+            for s in across]
+    out += ["", "## Per puzzle", "",
+            f"The pairs that stand out: the same code ({percent(SAME)} each way), or at least {percent(threshold)} "
+            f"and {percent(ABOVE_MEDIAN)} above the puzzle's median pair (correct answers to a short puzzle, or "
+            f"answers grown from one reference, are alike by nature; at most {most} a puzzle here).", "",
+            "| puzzle | attempted by | median pair | pairs that stand out |", "| --- | ---: | ---: | ---: |"]
     for ps in found:
-        listed = sum(p.score >= threshold for p in ps.pairs)
+        listed = sum(stands_out(p, ps, threshold) for p in ps.pairs)
         out.append(f"| {ps.puzzle} | {ps.compared} | {percent(ps.median)} | {listed} |")
     for ps in found:
-        listed = [p for p in ps.pairs if p.score >= threshold]
+        listed = [p for p in ps.pairs if stands_out(p, ps, threshold)][:most]
         if not listed:
             continue
         out += ["", f"## {ps.puzzle} (median pair {percent(ps.median)})", "",
@@ -109,10 +150,11 @@ def similarity_markdown(found: list[PuzzleSimilarity], threshold: float = THRESH
     return "\n".join(out) + "\n"
 
 
-def similar_to(found: list[PuzzleSimilarity], threshold: float = THRESHOLD) -> dict[str, str]:
-    """Each submission's reported pairs, for the CSV: "p3: bob (92%); p5: carol (81%)"."""
+def similar_to(found: list[PuzzleSimilarity]) -> dict[str, str]:
+    """Each submission's pairs across puzzles, for the CSV: "bob: 5 of 12 puzzles the same (p1, p3, ...)"."""
     cells: dict[str, list[str]] = {}
-    for p in reported(found, threshold):
-        cells.setdefault(p.a, []).append(f"{p.puzzle}: {p.b} ({percent(p.score)})")
-        cells.setdefault(p.b, []).append(f"{p.puzzle}: {p.a} ({percent(p.score)})")
+    for s in pairs_across(found):
+        what = f"{len(s.same)} of {s.compared} puzzles the same ({', '.join(s.same)})"
+        cells.setdefault(s.a, []).append(f"{s.b}: {what}")
+        cells.setdefault(s.b, []).append(f"{s.a}: {what}")
     return {name: "; ".join(parts) for name, parts in cells.items()}

@@ -5,9 +5,9 @@
     summary_markdown(rows, ...)     RESULTS.summary.md: the table, then each puzzle's reasons with who had them
     summary_figure(rows)            RESULTS.summary.png: one bar per puzzle, its submissions by outcome
 
-A reason groups the submissions that failed the same way, not the same numbers: a failed check is its name and,
-when the grader singled one out, its likely cause ("bubble: likely cause: GPipe's order"); an error is its kind
-(the exception's name, "stopped after the time limit", "ran out of memory"), with its figures left out. Rows that
+A reason groups the submissions that failed the same way, not the same numbers: a failed check is its name
+("bubble failed"), with the likely causes the grader gave listed under it; an error is its kind (the exception's
+name, "stopped at the time limit", "ran out of memory"), with its figures left out. Rows that
 are no submission (a stray file) are not counted; a submission that could not be graded as a whole counts as an
 error of every puzzle, with its own reason.
 """
@@ -35,6 +35,7 @@ class PuzzleSummary:
     counts: Counter = field(default_factory=Counter)  # outcome -> submissions
     reasons: Counter = field(default_factory=Counter)  # reason -> submissions
     who: dict[str, list[str]] = field(default_factory=dict)  # reason -> the submissions' names
+    causes: dict[str, Counter] = field(default_factory=dict)  # reason -> the likely causes given, counted
 
     @property
     def graded(self) -> int:
@@ -54,8 +55,7 @@ def reason_kind(p) -> str:
         return "not attempted" if "not handed in" not in p.reason else "not handed in"
     failed = [c for c in (p.result.checks if p.result is not None else []) if not c.passed]
     if p.status == FAIL and failed:
-        first = failed[0]
-        return f"{first.name}: likely cause: {first.diagnosis}" if first.diagnosis else f"{first.name} failed"
+        return f"{failed[0].name} failed"
     text = p.reason or (p.result.error if p.result is not None else "") or p.status
     if text.startswith("stopped after"):
         return "stopped at the time limit"
@@ -82,6 +82,9 @@ def summarize(scores: list[SubmissionScore]) -> list[PuzzleSummary]:
             if kind:
                 ps.reasons[kind] += 1
                 ps.who.setdefault(kind, []).append(s.name)
+                failed = [c for c in (p.result.checks if p.result is not None else []) if not c.passed]
+                if p.status == FAIL and failed and failed[0].diagnosis:
+                    ps.causes.setdefault(kind, Counter())[one_line(failed[0].diagnosis, 160)] += 1
     return list(summaries.values())
 
 
@@ -105,6 +108,7 @@ def summary_markdown(summaries: list[PuzzleSummary], submissions: int, seed: int
             names = ps.who[reason]
             shown = ", ".join(names[:8]) + (f", and {len(names) - 8} more" if len(names) > 8 else "")
             out.append(f"- {reason} ({n}): {shown}")
+            out += [f"  - likely cause ({k}): {cause}" for cause, k in ps.causes.get(reason, Counter()).most_common()]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -115,8 +119,10 @@ def summary_figure(summaries: list[PuzzleSummary]):
 
     height = 1.2 + 0.42 * len(summaries)
     fig = new_figure(9.0, height)
-    ax = fig.add_axes((0.30, 0.9 / height, 0.66, 1 - 1.6 / height))
-    labels = [f"{ps.id} {ps.title}" for ps in summaries]
+    from matplotlib.ticker import MaxNLocator
+
+    ax = fig.add_axes((0.36, 0.9 / height, 0.60, 1 - 1.6 / height))
+    labels = [f"{ps.id} {ps.title}" if len(ps.title) <= 30 else f"{ps.id} {ps.title[:29]}…" for ps in summaries]
     left = [0] * len(summaries)
     for what in OUTCOMES:
         widths = [ps.counts[what] for ps in summaries]
@@ -130,6 +136,7 @@ def summary_figure(summaries: list[PuzzleSummary]):
     ax.set_yticks(range(len(summaries)), labels, fontsize=9)
     ax.invert_yaxis()  # p1 at the top
     ax.set_xlabel("submissions")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(0, max(left + [1]))
     ax.spines[["top", "right"]].set_visible(False)
     fig.suptitle("Where the class stands, per puzzle", x=0.02, ha="left", y=1 - 0.18 / height, fontsize=11)
@@ -141,14 +148,14 @@ def similar_lines(similarity, similar_md: Path | None) -> list[str]:
     """The summary's pointer to the similar pairs (similarity.py), or how to ask for them."""
     if similarity is None:
         return ["", "Similar submissions were not compared (`batch --similarity` does)."]
-    from .similarity import reported
+    from .similarity import SEVERAL, pairs_across
 
-    pairs = reported(similarity)
-    where = f" in {similar_md.name}" if similar_md else ""
+    pairs = pairs_across(similarity)
+    where = f" ({similar_md.name} has them, and each puzzle's)" if similar_md else ""
     lines = ["", "## Similar submissions", "",
-             f"{len(pairs)} pairs of submissions have code for a puzzle that is alike (listed{where}, for a person "
-             f"to read: no points depend on it)."]
-    lines += [f"- {p.puzzle}: {p.a} and {p.b} ({100 * p.share_a:.0f}% / {100 * p.share_b:.0f}%)" for p in pairs[:10]]
+             f"{len(pairs)} pairs of submissions have the same code on {SEVERAL} puzzles or more{where}: for a person "
+             f"to read, no points depend on it."]
+    lines += [f"- {s.a} and {s.b}: {len(s.same)} of {s.compared} puzzles ({', '.join(s.same)})" for s in pairs[:10]]
     return lines + ([f"- and {len(pairs) - 10} more"] if len(pairs) > 10 else [])
 
 
