@@ -8,7 +8,8 @@ tests/wrong/ (each a deliberate mistake) and tests/naive/, in that order, and th
 answers than that (not attempted). `reference` hands in solutions/. Two near-copies are added: `twin` is
 learner-03's files with its names changed, comments and blank lines added and removed (what a copier does to
 hide a copy), and `partial-twin` is learner-07's p3 and p5 copied the same way beside answers of its own (the
-pools' 17th, where a puzzle has one). The similarity report should list those two pairs first. bench/CLASS.md records a run.
+pools' 17th, where a puzzle has one). The similarity report should list those two pairs first. bench/CLASS.md
+records a run.
 """
 
 from __future__ import annotations

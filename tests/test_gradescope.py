@@ -147,7 +147,8 @@ def test_the_bundle_has_the_scripts_at_its_root_and_no_solutions(bundle):
     assert {"setup.sh", "run_autograder", gradescope.CONFIG, "pyproject.toml", "README.md",
             "grader/frontends/reports/gradescope.py", "puzzles/sim.py", "puzzles/p3_data_parallel.py"} <= names
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
-    assert not any(n.startswith(("solutions/", "tests/", "bench/")) or "__pycache__" in n for n in names)
+    assert not any(n.startswith(("solutions/", "tests/", "bench/", "docs/", "grader/frontends/mutate/"))
+                   or "__pycache__" in n for n in names)  # no reference, no instructor's tool
     stub = build.planned_files(REPO)[REPO / "puzzles" / "p3_data_parallel.py"]
     with zipfile.ZipFile(bundle) as z:
         assert z.read("puzzles/p3_data_parallel.py").decode() == stub

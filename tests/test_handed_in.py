@@ -106,7 +106,8 @@ def test_an_lms_export_is_grouped_by_learner_and_the_last_version_wins(tmp_path)
     assert [g.name for g in groups] == ["alice_1234", "bob_77"] and [p.name for p in rest] == ["notes.txt"]
     alice, bob = groups
     assert sorted(alice.files) == ["helpers.py", P3, "p8_zero.py"]
-    assert bob.files[P3].name == "bob_77_10_p3_data_parallel-1.py" and "2 versions of p3_data_parallel.py" in bob.flags[0]
+    assert bob.files[P3].name == "bob_77_10_p3_data_parallel-1.py"
+    assert "2 versions of p3_data_parallel.py" in bob.flags[0]
 
 
 @pytest.fixture(scope="module")

@@ -145,7 +145,7 @@ def test_weights_files_in_toml_and_json_read_the_same(tmp_path):
     js.write_text(json.dumps({"total": 50, "p8": {"weight": 2, "partial_credit": True,
                                                   "checks": {"optimizer state": 3}}}))
     assert load_weights(toml) == load_weights(js)
-    assert load_weights(toml).describe(["p3", "p8"])["puzzles"]["p8"]["points"] == 33.33  # 2/3 of 50, exactly to the cent (p3 has 16.67)
+    assert load_weights(toml).describe(["p3", "p8"])["puzzles"]["p8"]["points"] == 33.33  # 2/3 of 50 (p3: 16.67)
     assert load_weights(None) == Weights()
     (tmp_path / "bad.toml").write_text("total = \n")
     with pytest.raises(WeightsError, match="not valid TOML"):

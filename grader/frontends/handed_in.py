@@ -112,7 +112,9 @@ def attempted_code(files: dict[str, Path] | None, notebook: Path | None) -> dict
 
 def shown(path: Path, folder: Path) -> str:
     rel = path.relative_to(folder)
-    return "the files at the top of the submission" if rel == Path(".") else f"{rel.as_posix()}{'/' if path.is_dir() else ''}"
+    if rel == Path("."):
+        return "the files at the top of the submission"
+    return f"{rel.as_posix()}{'/' if path.is_dir() else ''}"
 
 
 def find_work(folder: Path) -> Work:
