@@ -1,0 +1,256 @@
+"""p15's checks beyond the values, and what each failure says: the K/V blocks held, the peak memory, the compute
+(the tiles the mask leaves, no more), the balance between ranks, the bytes per phase, and why messages were left
+exposed on the clock. Wrong values are named by replaying the common mistakes on the serial attention."""
+
+from __future__ import annotations
+
+from ..core.compare import safe_diagnosis, tensor_mismatch
+from ..core.result import Budget, Check, fmt
+from ..core.rules import BOOKKEEPING_BYTES, describe_sent, flops, product_flops, products_short, sent
+from ..core.spec import Observation
+from .received_blocks import most_held
+from .ring_attention_costs import PRODUCT, PROJECTIONS, TILES, block_transfer_ticks
+from .ring_attention_serial import CHUNKS, DIAGNOSES, KV, N, TILE, expected_on, serial
+
+
+def tiles_seen(chunks) -> int:
+    """The tiles a rank's queries see: chunk i sees key chunks 0..i."""
+    return sum(c + 1 for c in chunks)
+
+
+def split_of(obs: Observation) -> list[tuple]:
+    return [tuple(r.get("chunks", ())) if isinstance(r, dict) else () for r in obs.results]
+
+
+def contiguous(split) -> bool:
+    return all(sorted(pair) == [2 * r, 2 * r + 1] for r, pair in enumerate(split))
+
+
+def describe_split(split) -> str:
+    tiles = [tiles_seen(pair) for pair in split]
+    return (f"the split gives the ranks chunks {', '.join(str(tuple(p)) for p in split)}, whose queries see "
+            f"{', '.join(map(str, tiles))} tiles")
+
+
+def unbalanced_split(split) -> str:
+    """Why a split leaves the ranks unequal work, or '' if it does not."""
+    tiles = [tiles_seen(pair) for pair in split]
+    if len(set(tiles)) <= 1:
+        return ""
+    if contiguous(split):
+        return (f"{describe_split(split)}: a contiguous split. Under the causal mask the first rank's queries see "
+                f"almost no keys and the last rank's see them all, so it computes {max(tiles) / min(tiles):.0f}x "
+                f"the first's and every rank waits for it. Take chunk i and chunk 2N-1-i: every rank then sees "
+                f"2N+1 = {TILES} tiles")
+    return (f"{describe_split(split)}: chunk i's queries see i+1 key chunks, so a rank's work is the sum of its two "
+            f"chunks' numbers plus 2. Pair the chunks so that the sums are equal: chunk i with chunk 2N-1-i")
+
+
+# ---- compute and balance
+
+
+def compute_check(obs: Observation, budget: Budget, least: int) -> Check:
+    per_rank = [flops(obs, r) for r in range(obs.world_size)]
+    products = [product_flops(obs, r) for r in range(obs.world_size)]
+    off = [r for r in range(obs.world_size) if per_rank[r] > budget.value or products[r] < least]
+    r = off[0] if off else max(range(obs.world_size), key=per_rank.__getitem__)
+    shown = ", ".join(f"{f:,}" for f in per_rank)
+    if not off:
+        return Check("compute", True, f"rank {r} computed {per_rank[r]:,} FLOPs ({products[r]:,} in products), "
+                                      f"within the budget {budget.describe()} FLOPs. Per rank: {shown}",
+                     measured=per_rank[r], budget=budget)
+    short = products[r] < least
+    verdict = (f"with {products[r]:,} in products, below the {least:,} its share needs" if short else
+               f"over the budget {budget.describe()}")
+    message = f"rank {r} computed {per_rank[r]:,} FLOPs, {verdict}. Per rank: {shown} FLOPs"
+    return Check("compute", False, message, measured=per_rank[r], budget=budget,
+                 diagnosis=safe_diagnosis(diagnose_compute, obs, r, per_rank[r], products[r], least))
+
+
+def diagnose_compute(obs: Observation, rank: int, total: int, products: int, least: int) -> str:
+    split = split_of(obs)
+    unequal = unbalanced_split(split)
+    if unequal:
+        return unequal
+    if products < least:
+        if total - products >= least - products:
+            return products_short(obs, rank, least)
+        return ""
+    tiles = (products - PROJECTIONS) / (7 * PRODUCT)
+    if tiles >= TILES + 2:
+        return (f"rank {rank} computed about {tiles:.0f} tiles' products (7 products of 2·b·c²·d each, forward and "
+                f"backward), where the causal mask leaves it {TILES}: it computed tiles the mask empties (a key "
+                f"chunk after the query chunk: their chunk > mine), masked, instead of skipping them")
+    return ""
+
+
+def balance_check(obs: Observation, budget: Budget) -> Check:
+    per_rank = [flops(obs, r) for r in range(obs.world_size)]
+    busiest = max(range(obs.world_size), key=per_rank.__getitem__)
+    least = min(range(obs.world_size), key=per_rank.__getitem__)
+    spread = per_rank[busiest] / max(per_rank[least], 1) - 1
+    ok = spread <= budget.value
+    ticks = [obs.busy_ticks(r) for r in range(obs.world_size)]
+    message = (f"rank {busiest} computed {per_rank[busiest]:,} FLOPs, {fmt(spread, 'fraction')} more than rank "
+               f"{least}'s {per_rank[least]:,}, {'within' if ok else 'over'} the budget {budget.describe()}. "
+               f"Per rank: {', '.join(f'{f:,}' for f in per_rank)} FLOPs")
+    if obs.makespan:
+        message += f"; compute on the clock {', '.join(f'{t:,}' for t in ticks)} ticks"
+    diagnosis = "" if ok else unbalanced_split(split_of(obs))
+    return Check("balance", ok, message, measured=spread, budget=budget, diagnosis=diagnosis)
+
+
+# ---- memory
+
+
+def blocks_check(obs: Observation, forward: Budget, backward: Budget) -> Check:
+    """At every message, the received data still alive: at most 2 K/V blocks outside backward, 2 K/V and 2 dK/dV
+    blocks in it."""
+    held = [r.get("held", []) if isinstance(r, dict) else [] for r in obs.results]
+    worst = [(most_held(h, "forward")[0], most_held(h, "backward")[0]) for h in held]
+    over = [r for r, (f, b) in enumerate(worst) if f > forward.value or b > backward.value]
+    r = over[0] if over else max(range(obs.world_size), key=lambda q: worst[q])
+    f, b = worst[r]
+    message = (f"rank {r} held at most {fmt(f, 'bytes')} of other ranks' data at a message outside backward "
+               f"({f / KV:.2f} K/V blocks; budget {forward.describe()}) and {fmt(b, 'bytes')} in backward "
+               f"({b / KV:.2f} blocks; budget {backward.describe()})")
+    if not over:
+        return Check("K/V blocks", True, message, measured=f, budget=forward)
+    return Check("K/V blocks", False, message, measured=f if f > forward.value else b,
+                 budget=forward if f > forward.value else backward,
+                 diagnosis=safe_diagnosis(diagnose_blocks, obs, r, f > forward.value))
+
+
+def diagnose_blocks(obs: Observation, rank: int, in_forward: bool) -> str:
+    kinds = {e["kind"] for e in obs.events_of(rank, "comm")}
+    gathered = sorted(k for k in kinds if k.startswith("all_gather") or k in ("broadcast", "all_to_all",
+                                                                             "all_to_all_single"))
+    if gathered:
+        return (f"rank {rank} gathered every rank's keys and values ({', '.join(gathered)}): all N blocks at once, "
+                f"N·KV = {fmt(N * KV, 'bytes')}, and a memory that grows with the sequence. Pass the blocks around "
+                f"the ring instead, holding only the one you compute with and the one arriving")
+    if in_forward:
+        return (f"rank {rank} kept the K/V blocks it received (for the backward?): each is needed for one step, "
+                f"then only passed on. Let it go once sent, and pass the blocks around the ring again in backward")
+    return (f"rank {rank} kept received blocks alive in backward beyond the K/V block it computes with, the one "
+            f"arriving, and the dK/dV that travel: were dK/dV gathered, or kept after being sent on?")
+
+
+def memory_check(obs: Observation, budget: Budget) -> Check:
+    over = [(r, p) for r, p in enumerate(obs.peak_bytes) if p > budget.value]
+    if not over:
+        worst = max(obs.peak_bytes)
+        return Check("peak memory", True, f"largest peak {fmt(worst, 'bytes')}, within the budget "
+                                          f"{budget.describe()}", measured=worst, budget=budget)
+    r, peak = max(over, key=lambda x: x[1])
+    top = obs.ledgers[r].get("peak_by_line", [])[:3]
+    lines = "; ".join(f"{e['site']} ({fmt(e['bytes'], 'bytes')})" for e in top)
+    diagnosis = ""
+    if any(e["kind"].startswith("all_gather") for e in obs.events_of(r, "comm")):
+        diagnosis = diagnose_blocks(obs, r, True)
+    elif peak - budget.value >= 2 * TILE:
+        diagnosis = (f"rank {r} held {fmt(peak - budget.value, 'bytes')} more than the budget, "
+                     f"{(peak - budget.value) / TILE:.1f} tiles of scores (T = {fmt(TILE, 'bytes')}): scores or "
+                     f"softmaxes of many tiles alive at once (kept for backward, or the rank's queries against every "
+                     f"key, [S/N, S]: {2 * CHUNKS} tiles per tensor). Compute one tile at a time, keep only out and "
+                     f"lse, and let backward compute the scores again (attention_tile_backward)")
+    return Check("peak memory", False, f"rank {r} peaked at {fmt(peak, 'bytes')}, over the budget "
+                                       f"{budget.describe()}. Largest at the peak: {lines}",
+                 measured=peak, budget=budget, diagnosis=diagnosis)
+
+
+# ---- communication
+
+
+def phase_communication_check(obs: Observation, budget: Budget, phase: str) -> Check:
+    """Every rank sent exactly its blocks in `phase` (wire bytes of every send and collective issued then): at
+    least the formula, at most the formula + 1 KiB."""
+    least = budget.value - BOOKKEEPING_BYTES
+    by_rank = [sent(obs, r, phase) for r in range(obs.world_size)]
+    totals = [sum(b for _, b in k.values()) for k in by_rank]
+    off = [r for r, t in enumerate(totals) if not least <= t <= budget.value]
+    r = off[0] if off else max(range(obs.world_size), key=totals.__getitem__)
+    where = "outside backward" if phase == "forward" else "inside backward"
+    relation = "within" if not off else ("below" if totals[r] < least else "over")
+    message = (f"rank {r} sent {fmt(totals[r], 'bytes')} {where} ({describe_sent(by_rank[r])}), {relation} the "
+               f"budget {budget.describe()}, at least {least:,}. Per rank: {', '.join(f'{t:,}' for t in totals)} "
+               f"bytes")
+    diagnosis = safe_diagnosis(diagnose_bytes, phase, r, by_rank[r], totals[r] - least, least) if off else ""
+    return Check(f"{phase} communication", not off, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
+
+
+def diagnose_bytes(phase: str, rank: int, by_kind, extra: int, least: int) -> str:
+    """Named from what was sent beyond (or short of) the exact blocks, when a whole block or a whole ring of blocks
+    says what."""
+    gathered = [k for k in by_kind if k.startswith(("all_gather", "reduce_scatter", "all_reduce", "broadcast"))]
+    if phase == "backward" and abs(extra + (N - 1) * KV) <= BOOKKEEPING_BYTES:
+        how = (f"K and V were gathered ({', '.join(sorted(gathered))})" if gathered else
+               "the forward's blocks were kept for it")
+        return (f"rank {rank} sent only the dK/dV blocks in backward, not the K/V blocks again: {how}, so every rank "
+                f"held all N K/V blocks through the step. Pass K and V around the ring again in backward, beside "
+                f"the dK/dV")
+    if abs(extra - KV) <= BOOKKEEPING_BYTES:
+        if phase == "forward":
+            return (f"rank {rank} sent one K/V block more than N-1: the last step needs no exchange (the block "
+                    f"that would arrive is your own)")
+        return (f"rank {rank} sent one block more than 2·(N-1) in backward: the dK/dV made N hops. Your own "
+                f"queries' part of your own block's gradient need not travel: keep it home, start the travelling "
+                f"sum at the next rank, and add what comes back after N-1 hops")
+    if extra < 0 and abs(2 * extra + least) <= BOOKKEEPING_BYTES:
+        return (f"rank {rank} sent exactly half the bytes of its blocks {'outside' if phase == 'forward' else 'in'} "
+                f"backward: were they sent in float32 (or half precision)? The blocks are float64, as the model is")
+    return ""
+
+
+# ---- time
+
+
+def idle_while_messages(obs: Observation) -> str:
+    """Where rank 0's compute stream waited for messages: between its forward ops, or its backward ops."""
+    compute = sorted(obs.events_of(0, "compute"), key=lambda e: e["start"])
+    idle = {"forward": 0, "backward": 0}
+    for a, b in zip(compute, compute[1:]):
+        idle[b["kind"]] = idle.get(b["kind"], 0) + max(0, b["start"] - a["end"])
+    t = block_transfer_ticks()
+    phases = [p for p in ("forward", "backward") if idle[p] >= t]
+    if not phases:
+        return ""
+    where = " and ".join(f"{idle[p]:,} ticks in {p}" for p in phases)
+    return (f"rank 0's compute sat idle {where}, {sum(idle[p] for p in phases) / t:.1f} blocks' transfers "
+            f"(one is {t:,} ticks): its messages did not overlap its tiles. Post the isend of the block you hold and "
+            f"the irecv of the next, compute your tiles, and only then wait(); in backward, send each dK/dV on as "
+            f"soon as its tiles are done and wait for the sends at the next step")
+
+
+# ---- values
+
+
+def diagnose_values(got, expected, inputs, key) -> str:
+    """The replayed mistake that every rank's values match, or ''."""
+    def same(results, replays, keys) -> bool:
+        return all(isinstance(g, dict) and tensor_mismatch(g.get(k), e[k]) is None
+                   for g, e in zip(results, replays) for k in keys)
+
+    split = [tuple(g.get("chunks", ())) if isinstance(g, dict) else () for g in got]
+    if key != "y" and not same(got, expected, ["y"]):
+        return "the output is already wrong (see the output check): fix the forward first"
+    variants = ("diagonal unmasked", "tiles summed") if key == "y" else ("only own queries", "own queries lost")
+    for variant in variants:
+        ref = serial(inputs, variant, split)
+        replays = [expected_on(ref, inputs, chunks) for chunks in split]
+        if same(got, replays, ["y", "x_grad", "wqkv_grad"]):
+            return DIAGNOSES[variant]
+    if key == "wqkv_grad" and all(isinstance(g, dict) for g in got):
+        queries_right = all(tensor_mismatch(_cols(g.get("wqkv_grad"), 0), e["wqkv_grad"][:, :e["wqkv_grad"].shape[0]])
+                            is None for g, e in zip(got, expected))
+        if queries_right:
+            return ("the queries' gradient is right on every rank, the keys' or values' are not: dK and dV go wrong "
+                    "on their way home (each block's gradient is the sum of every rank's queries' part)")
+    return ""
+
+
+def _cols(t, i):
+    if t is None or not hasattr(t, "shape") or t.dim() != 2 or t.shape[1] != 3 * t.shape[0]:
+        return t
+    d = t.shape[0]
+    return t[:, i * d:(i + 1) * d]
