@@ -15,9 +15,10 @@ import torch
 
 from puzzles.model import loss_fn
 
-from ..core.compare import safe_diagnosis, tensor_mismatch, values_check
-from ..core.result import Budget, Check, fmt
-from ..core.rules import BOOKKEEPING_BYTES, COMPUTE_CAP, exposed_communication, overlap_check, slow_compute
+from ..core.compare import safe_diagnosis, values_check
+from ..core.probe import memory_now
+from ..core.result import Budget
+from ..core.rules import BOOKKEEPING_BYTES, COMPUTE_CAP, exposed_communication, overlap_check
 from ..core.spec import Observation, PuzzleSpec
 from . import ring_attention_checks as rules
 from .received_blocks import watched
@@ -28,6 +29,7 @@ from .ring_attention_serial import (CHUNK, CHUNKS, COST, D, HEADS, KV, LSE, TILE
 BALANCE_PERCENT = 5
 MARGIN_PERCENT = 2
 PEAK = 2 * W + 24 * Q + 6 * TILE + BOOKKEEPING_BYTES
+KEPT = 8 * Q + BOOKKEEPING_BYTES
 
 
 def checked_split(chunks_of, world: int) -> list[tuple[int, int]]:
@@ -87,7 +89,9 @@ class RingAttention(PuzzleSpec):
             target = torch.cat([p[1] for p in pieces], dim=1)
             del pieces
             watch, records = watched(dist)
+            before = memory_now()
             y = attention(watch, x, wqkv, wo, HEADS)
+            kept = memory_now() - before  # what the forward keeps for backward, y included
             if not isinstance(y, torch.Tensor) or y.shape != (B, TOKENS, D):
                 what = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
                 raise TypeError(f"context_parallel_attention must return y, a tensor [{B}, {TOKENS}, {D}] (this "
@@ -97,7 +101,7 @@ class RingAttention(PuzzleSpec):
                                    "(y.requires_grad is False): was it computed under torch.no_grad(), or detached?")
             loss_fn(y.reshape(-1, D), target.reshape(-1, D)).backward()
             return {"chunks": mine, "y": y.detach(), "x_grad": x.grad, "wqkv_grad": wqkv.grad, "wo_grad": wo.grad,
-                    "held": records.held}
+                    "held": records.held, "kept": kept}
 
         return run
 
@@ -115,6 +119,9 @@ class RingAttention(PuzzleSpec):
                                   f"{W:,}; at most 24 tensors of one rank's [b, S/N, d], Q = {Q:,}: inputs, what "
                                   f"backward keeps, the K/V and dK/dV blocks in flight; 6 tiles of scores "
                                   f"[b, h, c, c], T = {TILE:,}: one tile's work at a time)", PEAK, "bytes"),
+            "forward memory": Budget("forward memory", "8·Q + 1 KiB held after the forward beyond what the rank "
+                                     "held before it (what backward needs: q, k, v, out and lse, the heads merged "
+                                     "for wo, y; no score, no other rank's block)", KEPT, "bytes"),
             "compute": Budget("compute", "24·b·(S/N)·d² + (2N+2)·(7·2·b·c²·d + 16·b·h·c²) + 16·N·b·(S/N)·d (the "
                               "projections; at most 2N+2 tiles, each with 2 products forward, 4 backward and 1 "
                               "recomputed, and 16 FLOPs per score; merges and accumulations; at least "
@@ -145,19 +152,21 @@ class RingAttention(PuzzleSpec):
                 return cause[key]
             return named
 
+        qkv = values_check("q/k/v gradients", self.qkv_pairs(got, expected), "gradients of the q, k and v "
+                           "projections", diagnose("wqkv_grad"))
         return [
             values_check("output", self.pairs(got, expected, "y", "y"), "outputs", diagnose("y")),
             values_check("input gradient", self.pairs(got, expected, "x_grad", "x.grad"), "input gradients",
                          diagnose("x_grad")),
-            values_check("q/k/v gradients", self.qkv_pairs(got, expected), "gradients of the q, k and v "
-                         "projections", diagnose("wqkv_grad")),
+            qkv,
             values_check("output projection gradient", self.pairs(got, expected, "wo_grad", "wo.grad"),
                          "output projection gradients", diagnose("wo_grad")),
             rules.blocks_check(obs, budgets["K/V blocks"], budgets["K/V blocks in backward"]),
             rules.memory_check(obs, budgets["peak memory"]),
+            rules.kept_check(obs, budgets["forward memory"]),
             rules.compute_check(obs, budgets["compute"], LEAST),
             rules.balance_check(obs, budgets["balance"]),
-            *(rules.phase_communication_check(obs, budgets[f"{phase} communication"], phase)
+            *(rules.phase_communication_check(obs, budgets[f"{phase} communication"], phase, qkv.passed)
               for phase in ("forward", "backward")),
             overlap_check(obs, budgets["makespan"], share().ticks, self.diagnose_makespan),
         ]
@@ -187,8 +196,13 @@ class RingAttention(PuzzleSpec):
     @staticmethod
     def diagnose_makespan(obs: Observation) -> str:
         c = share().ticks
-        if exposed_communication(obs, c)[0] > c * COMPUTE_CAP[0] // COMPUTE_CAP[1]:
-            return slow_compute(obs, c)
+        unequal = rules.unbalanced_split(rules.split_of(obs))
+        if unequal:
+            return unequal
+        compute = exposed_communication(obs, c)[0]
+        if compute > c * COMPUTE_CAP[0] // COMPUTE_CAP[1]:
+            return (f"a rank's compute alone took {compute:,} ticks, {compute / c:.2f}x C = {c:,} (see compute): "
+                    f"compute beyond 1.25·C hides no communication")
         return rules.idle_while_messages(obs)
 
 

@@ -10,7 +10,9 @@ from ..core.rules import BOOKKEEPING_BYTES, describe_sent, flops, product_flops,
 from ..core.spec import Observation
 from .received_blocks import most_held
 from .ring_attention_costs import PRODUCT, PROJECTIONS, TILES, block_transfer_ticks
-from .ring_attention_serial import CHUNKS, DIAGNOSES, KV, N, TILE, expected_on, serial
+from .ring_attention_serial import CHUNKS, DIAGNOSES, KV, LSE, N, TILE, Q, expected_on, serial
+
+KEPT_BY_REFERENCE = 6 * Q + LSE  # q, k, v, out, the merged heads, y; and lse
 
 
 def tiles_seen(chunks) -> int:
@@ -130,6 +132,16 @@ def diagnose_blocks(obs: Observation, rank: int, in_forward: bool) -> str:
                 f"N·KV = {fmt(N * KV, 'bytes')}, and a memory that grows with the sequence. Pass the blocks around "
                 f"the ring instead, holding only the one you compute with and the one arriving")
     if in_forward:
+        records = obs.results[rank]["held"]
+        held = max(h["held"] for h in records if h["phase"] == "forward")
+        # What was received in forward and is still alive at backward's first message: blocks kept for backward.
+        carried = next((h["held"] for h in records if h["phase"] == "backward"), 0)
+        if abs(held - 3 * KV) <= BOOKKEEPING_BYTES and carried < 2 * KV:
+            return (f"rank {rank} held three received K/V blocks at a message: when the next exchange started, the "
+                    f"block before the one it computes with was still referenced, by a name that outlived its step "
+                    f"(a view or chunk of it, a list of finished handles, a tuple that holds it). Let go of what "
+                    f"you are done with before the next exchange (rebind or del it, or compute a step in a helper "
+                    f"function whose names die when it returns)")
         return (f"rank {rank} kept the K/V blocks it received (for the backward?): each is needed for one step, "
                 f"then only passed on. Let it go once sent, and pass the blocks around the ring again in backward")
     return (f"rank {rank} kept received blocks alive in backward beyond the K/V block it computes with, the one "
@@ -159,12 +171,40 @@ def memory_check(obs: Observation, budget: Budget) -> Check:
                  measured=peak, budget=budget, diagnosis=diagnosis)
 
 
+def kept_check(obs: Observation, budget: Budget) -> Check:
+    """What the forward left alive for the backward: the rank's activations, not its scores, not other ranks'
+    blocks."""
+    kept = [r.get("kept", 0) if isinstance(r, dict) else 0 for r in obs.results]
+    r = max(range(obs.world_size), key=kept.__getitem__)
+    ok = kept[r] <= budget.value
+    message = (f"rank {r} held {fmt(kept[r], 'bytes')} more after its forward than before it ({kept[r] / Q:.2f}·Q), "
+               f"{'within' if ok else 'over'} the budget {budget.describe()}")
+    diagnosis = "" if ok else safe_diagnosis(diagnose_kept, r, kept[r] - KEPT_BY_REFERENCE)
+    return Check("forward memory", ok, message, measured=kept[r], budget=budget, diagnosis=diagnosis)
+
+
+def diagnose_kept(rank: int, extra: int) -> str:
+    """Named by the size of what the forward kept beyond q, k, v, out, lse, the merged heads and y."""
+    blocks, tiles = extra / KV, extra / TILE
+    if round(blocks) >= 1 and abs(extra - round(blocks) * KV) <= BOOKKEEPING_BYTES:
+        return (f"rank {rank}'s forward left {round(blocks)} more K/V blocks alive ({fmt(extra, 'bytes')}): other "
+                f"ranks' blocks kept for the backward. Let each go once passed on, and pass them around the ring "
+                f"again in backward")
+    if round(tiles) >= 1 and abs(extra - round(tiles) * TILE) <= BOOKKEEPING_BYTES:
+        return (f"rank {rank}'s forward left {round(tiles)} tiles of scores alive ({fmt(extra, 'bytes')}, T = "
+                f"{fmt(TILE, 'bytes')} each): scores or softmaxes kept for the backward. Keep out and lse only; "
+                f"attention_tile_backward computes a tile's scores again from them")
+    return (f"rank {rank}'s forward left {fmt(extra, 'bytes')} alive beyond q, k, v, out, lse, the merged heads and "
+            f"y (6·Q + the lse): what else does it keep?")
+
+
 # ---- communication
 
 
-def phase_communication_check(obs: Observation, budget: Budget, phase: str) -> Check:
+def phase_communication_check(obs: Observation, budget: Budget, phase: str, gradients_right: bool) -> Check:
     """Every rank sent exactly its blocks in `phase` (wire bytes of every send and collective issued then): at
-    least the formula, at most the formula + 1 KiB."""
+    least the formula, at most the formula + 1 KiB. `gradients_right`: the keys' and values' gradients are, which
+    tells blocks kept from the forward (the K/V did not travel again) from dK/dV that never travelled."""
     least = budget.value - BOOKKEEPING_BYTES
     by_rank = [sent(obs, r, phase) for r in range(obs.world_size)]
     totals = [sum(b for _, b in k.values()) for k in by_rank]
@@ -175,14 +215,23 @@ def phase_communication_check(obs: Observation, budget: Budget, phase: str) -> C
     message = (f"rank {r} sent {fmt(totals[r], 'bytes')} {where} ({describe_sent(by_rank[r])}), {relation} the "
                f"budget {budget.describe()}, at least {least:,}. Per rank: {', '.join(f'{t:,}' for t in totals)} "
                f"bytes")
-    diagnosis = safe_diagnosis(diagnose_bytes, phase, r, by_rank[r], totals[r] - least, least) if off else ""
+    halved = all(2 * sum(b for _, b in sent(obs, r, p).values()) == blocks * KV
+                 for p, blocks in (("forward", N - 1), ("backward", 2 * (N - 1))))
+    diagnosis = (safe_diagnosis(diagnose_bytes, phase, r, by_rank[r], totals[r] - least, gradients_right, halved)
+                 if off else "")
     return Check(f"{phase} communication", not off, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
 
 
-def diagnose_bytes(phase: str, rank: int, by_kind, extra: int, least: int) -> str:
+def diagnose_bytes(phase: str, rank: int, by_kind, extra: int, gradients_right: bool, halved: bool) -> str:
     """Named from what was sent beyond (or short of) the exact blocks, when a whole block or a whole ring of blocks
-    says what."""
+    says what; `halved`: the rank sent exactly half its blocks' bytes in both phases."""
+    if halved:
+        return (f"rank {rank} sent exactly half the bytes of its blocks, in forward and in backward: were they sent "
+                f"in float32 (or half precision)? The blocks are float64, as the model is")
     gathered = [k for k in by_kind if k.startswith(("all_gather", "reduce_scatter", "all_reduce", "broadcast"))]
+    if phase == "backward" and abs(extra + (N - 1) * KV) <= BOOKKEEPING_BYTES and not gradients_right:
+        return (f"rank {rank} sent N-1 blocks in backward, not 2·(N-1), and the keys' and values' gradients are "
+                f"wrong: the dK/dV never travelled (see the q/k/v gradients)")
     if phase == "backward" and abs(extra + (N - 1) * KV) <= BOOKKEEPING_BYTES:
         how = (f"K and V were gathered ({', '.join(sorted(gathered))})" if gathered else
                "the forward's blocks were kept for it")
@@ -196,9 +245,6 @@ def diagnose_bytes(phase: str, rank: int, by_kind, extra: int, least: int) -> st
         return (f"rank {rank} sent one block more than 2·(N-1) in backward: the dK/dV made N hops. Your own "
                 f"queries' part of your own block's gradient need not travel: keep it home, start the travelling "
                 f"sum at the next rank, and add what comes back after N-1 hops")
-    if extra < 0 and abs(2 * extra + least) <= BOOKKEEPING_BYTES:
-        return (f"rank {rank} sent exactly half the bytes of its blocks {'outside' if phase == 'forward' else 'in'} "
-                f"backward: were they sent in float32 (or half precision)? The blocks are float64, as the model is")
     return ""
 
 
@@ -234,11 +280,14 @@ def diagnose_values(got, expected, inputs, key) -> str:
     split = [tuple(g.get("chunks", ())) if isinstance(g, dict) else () for g in got]
     if key != "y" and not same(got, expected, ["y"]):
         return "the output is already wrong (see the output check): fix the forward first"
-    variants = ("diagonal unmasked", "tiles summed") if key == "y" else ("only own queries", "own queries lost")
+    # A forward mistake shows in y (its backward may differ from the replay's: what it computed is not what autograd
+    # of the replay would); a backward one in the gradients of the inputs and the keys and values.
+    variants, keys = ((("diagonal unmasked", "tiles summed"), ["y"]) if key == "y" else
+                      (("only own queries", "own queries lost"), ["x_grad", "wqkv_grad"]))
     for variant in variants:
         ref = serial(inputs, variant, split)
         replays = [expected_on(ref, inputs, chunks) for chunks in split]
-        if same(got, replays, ["y", "x_grad", "wqkv_grad"]):
+        if same(got, replays, keys):
             return DIAGNOSES[variant]
     if key == "wqkv_grad" and all(isinstance(g, dict) for g in got):
         queries_right = all(tensor_mismatch(_cols(g.get("wqkv_grad"), 0), e["wqkv_grad"][:, :e["wqkv_grad"].shape[0]])
