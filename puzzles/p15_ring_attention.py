@@ -1,5 +1,5 @@
-# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 1e5157895e80)
-"""Puzzle 15 — Context parallelism: ring attention.
+# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest d064a205daa3)
+r"""Puzzle 15 — Context parallelism: ring attention.
 
 The task: causal self-attention over a sequence too long for one rank, on 4 ranks. Each rank holds S/N = 96 of
 the S = 384 tokens: their queries, and its own block of keys and values (K/V). The K/V blocks travel around the
@@ -13,7 +13,9 @@ The budgets, per rank (derived below; Q = 49,152 bytes is one rank's [b, S/N, d]
 bytes, a tile of scores [b, h, c, c] is T = 73,728 bytes):
   - K/V blocks: at every message, other ranks' data still alive is at most 2 K/V blocks outside backward, 2·KV +
     1 KiB = 197,632 bytes, and 2 K/V and 2 dK/dV blocks in backward, 4·KV + 1 KiB = 394,240 bytes;
-  - peak memory at most 2·W + 24·Q + 6·T + 1 KiB = 1,688,576 bytes: O(S/N), never the full score matrix;
+  - what the forward leaves alive for the backward at most 8·Q + 1 KiB = 394,240 bytes (q, k, v, out and lse, the
+    merged heads, y: no scores, no other rank's block); peak memory at most 2·W + 24·Q + 16·T + 1 KiB = 2,425,856
+    bytes: O(S/N) and one step's scores, never the scores of a rank's queries against every key;
   - compute at most 27,230,208 FLOPs (the 2N+1 = 9 tiles the mask leaves a rank, not the 16 of its queries' rows),
     at least 20,643,840 of them in products;
   - balance: the busiest rank computes at most 5.0% more FLOPs than the least busy one;
@@ -76,18 +78,22 @@ a step's tiles take about 1,970 ticks in forward (two tiles of 854 and their mer
 tiles of 2,011): the messages hide behind the tiles when they are posted first. What cannot hide is the last
 dK/dV hop home, after which nothing is left to compute: one block's transfer. C = 34,365 ticks is a rank's
 compute: the projections forward and backward, 9 tiles forward with their merges, and 9 backward (the tiles of
-the diagonal step slightly dearer, masked). Waiting for each block before computing with it (blocking send and
-recv, or wait() right after isend) exposes every transfer: 6 blocks' worth, 4,704 ticks over a budget of 1,471.
+the diagonal step slightly dearer, masked). Waiting for each block before computing with it (wait() right after
+isend and irecv) exposes every transfer, 8 blocks' worth (6,272 ticks); all-gathering K and V before the tiles and
+reduce-scattering dK/dV after them, 6 (4,704 ticks); both over the budget of 1,471. (Blocking sends all around the
+ring, each rank sending before it receives, never finish: every send waits for a receive not yet posted.)
 
-Memory. What a rank holds at its peak (in backward, the reference solution): the weights and their gradients (2·W
-= 65,536 bytes), x and target (2·Q), q, k, v and out kept for backward (4·Q) with lse, the heads merged before wo,
-kept by the output projection (Q), dy and dq (2·Q), the K/V block it computes with and the one arriving (4·Q), four
-dK/dV blocks (home, the one it adds into, the one leaving, the one arriving: 8·Q) and one tile's work (its scores,
-softmax and their gradients, about 4·T + 2·Q): 1,470,992 bytes, under the budget of 24·Q + 6·T beyond the weights.
-The full score matrix of a rank's queries, [b, h, S/N, S], is 16 tiles, 1,179,648 bytes for one tensor: it cannot
-fit. At N = 4 the blocks in flight weigh about what all N K/V blocks would; as N grows they stay put while N blocks
-grow with the sequence. That is why the first rule counts the blocks: gathering K and V (all_gather_into_tensor)
-holds all N at once.
+Memory. After the forward a rank keeps what its backward needs and nothing else: q, k, v and out (4·Q), lse, the
+heads merged before wo (kept by the output projection) and y (2·Q): 297,984 bytes, under 8·Q + 1 KiB. Keeping
+each tile's scores for the backward would add 9·T = 663,552 bytes (attention_tile_backward computes them again from
+lse instead); keeping the other ranks' blocks, 3·KV. At its peak (in backward, the reference solution) a rank holds
+the weights and their gradients (2·W = 65,536 bytes), x and target, what the forward kept, dy and dq, the K/V block
+it computes with and the one arriving (4·Q), four dK/dV blocks (home, the one it adds into, the one leaving, the
+one arriving: 8·Q) and one tile's work (its scores, softmax and their gradients): 1,470,992 bytes. The budget
+leaves room for a step computed whole (4 tiles at once, 16·T with the softmax and gradients); the scores of a
+rank's queries against every key, [b, h, S/N, S], are 16·T for one tensor, and a softmax needs two. At N = 4 the
+blocks in flight weigh about what all N K/V blocks would; as N grows they stay put while N blocks grow with the
+sequence. That is why the first rule counts the blocks: gathering K and V (all_gather_into_tensor) holds all N.
 
 Compute. One tile's product (q·kᵀ or p·v) is 2·b·h·c·c·hd = 2·b·c²·d = 294,912 FLOPs; a tile takes 2 in forward
 and, in backward, the serial model's 4 (dv = pᵀ·dout, dp = dout·vᵀ, dq = ds·k, dk = dsᵀ·q) plus the scores again.
@@ -121,7 +127,8 @@ rank's share S/N = 96 tokens):
   - q/k/v gradients: wqkv.grad's query, key and value columns, x_rᵀ·dQ_r, x_rᵀ·dK_r and x_rᵀ·dV_r: a key or value
     gradient that did not come home is wrong here;
   - output projection gradient: wo.grad;
-  - K/V blocks, peak memory, compute, balance, forward and backward communication, makespan: the budgets above
+  - K/V blocks, peak memory, forward memory, compute, balance, forward and backward communication, makespan: the
+    budgets above
     (the makespan on the simulator only: real processes have no clock that means the same everywhere);
   - a split that does not give each chunk to exactly one rank is an error; a deadlock is an error;
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or

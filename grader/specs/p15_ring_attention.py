@@ -28,7 +28,7 @@ from .ring_attention_serial import (CHUNK, CHUNKS, COST, D, HEADS, KV, LSE, TILE
 
 BALANCE_PERCENT = 5
 MARGIN_PERCENT = 2
-PEAK = 2 * W + 24 * Q + 6 * TILE + BOOKKEEPING_BYTES
+PEAK = 2 * W + 24 * Q + 16 * TILE + BOOKKEEPING_BYTES
 KEPT = 8 * Q + BOOKKEEPING_BYTES
 
 
@@ -115,10 +115,11 @@ class RingAttention(PuzzleSpec):
             "K/V blocks in backward": Budget("K/V blocks in backward", "2 K/V blocks and 2 dK/dV blocks received "
                                              "alive at any message in backward, 4·KV + 1 KiB",
                                              4 * KV + BOOKKEEPING_BYTES, "bytes"),
-            "peak memory": Budget("peak memory", f"2·W + 24·Q + 6·T + 1 KiB (the weights and their gradients, W = "
+            "peak memory": Budget("peak memory", f"2·W + 24·Q + 16·T + 1 KiB (the weights and their gradients, W = "
                                   f"{W:,}; at most 24 tensors of one rank's [b, S/N, d], Q = {Q:,}: inputs, what "
-                                  f"backward keeps, the K/V and dK/dV blocks in flight; 6 tiles of scores "
-                                  f"[b, h, c, c], T = {TILE:,}: one tile's work at a time)", PEAK, "bytes"),
+                                  f"backward keeps, the K/V and dK/dV blocks in flight; one step's scores, a whole "
+                                  f"block's 4 tiles [b, h, c, c] of T = {TILE:,} with their softmax and 2 gradients: "
+                                  f"never the [b, h, S/N, S] scores of every key)", PEAK, "bytes"),
             "forward memory": Budget("forward memory", "8·Q + 1 KiB held after the forward beyond what the rank "
                                      "held before it (what backward needs: q, k, v, out and lse, the heads merged "
                                      "for wo, y; no score, no other rank's block)", KEPT, "bytes"),

@@ -93,9 +93,12 @@ def balance_check(obs: Observation, budget: Budget) -> Check:
     spread = per_rank[busiest] / max(per_rank[least], 1) - 1
     ok = spread <= budget.value
     ticks = [obs.busy_ticks(r) for r in range(obs.world_size)]
-    message = (f"rank {busiest} computed {per_rank[busiest]:,} FLOPs, {fmt(spread, 'fraction')} more than rank "
-               f"{least}'s {per_rank[least]:,}, {'within' if ok else 'over'} the budget {budget.describe()}. "
-               f"Per rank: {', '.join(f'{f:,}' for f in per_rank)} FLOPs")
+    if per_rank[busiest] == per_rank[least]:
+        message = f"every rank computed {per_rank[0]:,} FLOPs, within the budget {budget.describe()}"
+    else:
+        message = (f"rank {busiest} computed {per_rank[busiest]:,} FLOPs, {fmt(spread, 'fraction')} more than rank "
+                   f"{least}'s {per_rank[least]:,}, {'within' if ok else 'over'} the budget {budget.describe()}. "
+                   f"Per rank: {', '.join(f'{f:,}' for f in per_rank)} FLOPs")
     if obs.makespan:
         message += f"; compute on the clock {', '.join(f'{t:,}' for t in ticks)} ticks"
     diagnosis = "" if ok else unbalanced_split(split_of(obs))
