@@ -161,6 +161,13 @@ def merge(out, lse, tile_out, tile_lse):
     # END SOLUTION
 
 
+def wait_all(works):
+    """Wait for every handle. (In a function of its own, so that no name is left holding the last one: a finished
+    handle may still hold its buffer, as gloo's do.)"""
+    for work in works:
+        work.wait()
+
+
 class RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, dist):
@@ -181,9 +188,8 @@ class RingAttention(torch.autograd.Function):
                                           block[1].chunk(2, dim=-2)[j], theirs[j] == mine[i])
                 outs[i], lses[i] = (out, lse) if outs[i] is None else merge(outs[i], lses[i], out, lse)
             if step < world - 1:
-                for work in works:
-                    work.wait()
-                block, works = arriving, None  # the block I sent goes (a finished handle may still hold it)
+                wait_all(works)
+                block, works = arriving, None  # the block I sent goes: nothing refers to it any more
         out, lse = torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
         ctx.dist = dist
         ctx.save_for_backward(q, k, v, out, lse)
@@ -218,22 +224,20 @@ class RingAttention(torch.autograd.Function):
                 home = (dk, dv)  # my own block's gradient from my own queries: it stays here
             else:
                 if arriving_grad is not None:  # what the ranks before me added to this block's gradient
-                    for work in grad_works:
-                        work.wait()
+                    wait_all(grad_works)
                     dk += arriving_grad[0]
                     dv += arriving_grad[1]
+                    grad_works = None  # a finished handle may still hold its buffer (gloo's do): let them go
                 if leaving is not None:
-                    for work in leaving:
-                        work.wait()
+                    wait_all(leaving)
                 leaving = [dist.isend(dk, right), dist.isend(dv, right)]  # on; after the last step, home
                 arriving_grad = (torch.empty_like(k), torch.empty_like(v))
                 grad_works = [dist.irecv(arriving_grad[0], left), dist.irecv(arriving_grad[1], left)]
             if step < world - 1:
-                for work in works:
-                    work.wait()
+                wait_all(works)
                 block, works = arriving, None
-        for work in grad_works + leaving:
-            work.wait()
+        wait_all(grad_works + leaving)
+        del grad_works, leaving
         return dq, home[0] + arriving_grad[0], home[1] + arriving_grad[1], None
         # END SOLUTION
 

@@ -32,8 +32,8 @@ class RingAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, dist):
         world = dist.get_world_size()
         ks, vs = q.new_empty((world, *k.shape)), q.new_empty((world, *v.shape))
-        dist.all_gather_into_tensor(ks, k)
-        dist.all_gather_into_tensor(vs, v)
+        dist.all_gather_into_tensor(ks.view(-1), k.view(-1))  # flat: gloo takes the ranks' tensors end to end
+        dist.all_gather_into_tensor(vs.view(-1), v.view(-1))
         outs, lses = [None, None], [None, None]
         for i, r, j, diagonal in pairs(dist.get_rank(), world):
             out, lse = attention_tile(q.chunk(2, dim=-2)[i], ks[r].chunk(2, dim=-2)[j], vs[r].chunk(2, dim=-2)[j],
@@ -57,8 +57,8 @@ class RingAttention(torch.autograd.Function):
             dks[r].chunk(2, dim=-2)[j].add_(b)
             dvs[r].chunk(2, dim=-2)[j].add_(c)
         dk, dv = torch.empty_like(q), torch.empty_like(q)
-        dist.reduce_scatter_tensor(dk, dks)
-        dist.reduce_scatter_tensor(dv, dvs)
+        dist.reduce_scatter_tensor(dk.view(-1), dks.view(-1))
+        dist.reduce_scatter_tensor(dv.view(-1), dvs.view(-1))
         return dq, dk, dv, None
 
 
