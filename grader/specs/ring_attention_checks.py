@@ -285,7 +285,8 @@ def diagnose_values(got, expected, inputs, key) -> str:
         return "the output is already wrong (see the output check): fix the forward first"
     # A forward mistake shows in y (its backward may differ from the replay's: what it computed is not what autograd
     # of the replay would); a backward one in the gradients of the inputs and the keys and values.
-    variants, keys = ((("diagonal unmasked", "tiles summed"), ["y"]) if key == "y" else
+    variants, keys = ((("diagonal unmasked", "empty tiles attended", "blocks of the wrong rank", "tiles summed"), ["y"])
+                      if key == "y" else
                       (("only own queries", "own queries lost"), ["x_grad", "wqkv_grad"]))
     for variant in variants:
         ref = serial(inputs, variant, split)

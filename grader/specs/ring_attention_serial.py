@@ -75,6 +75,12 @@ DIAGNOSES = {
                         "travelling dK/dV came home. Add what came home to it",
     "diagonal unmasked": "a query sees the keys after it within its own chunk: the tile of a chunk against itself "
                          "(the diagonal, where their chunk is mine) needs the causal mask (diagonal=True)",
+    "empty tiles attended": "a query sees every key of the other chunks, the later ones too: the tiles whose key "
+                            "chunk comes after the query chunk (their chunk > mine) must be skipped, not computed "
+                            "without a mask",
+    "blocks of the wrong rank": "the masks at steps 1 and 3 are the ones of the wrong block: at step s a rank holds "
+                                "the block of rank (rank - s) mod N (blocks move right, rank r-1 to rank r), and its "
+                                "chunks are load_balanced_chunks of that rank",
     "tiles summed": "each query's output is the sum of its tiles' outputs: partial softmaxes over different keys "
                     "were added without their weights. Merge with the log-sum-exps: out = exp(lse_a - lse)·out_a + "
                     "exp(lse_b - lse)·out_b with lse = logaddexp(lse_a, lse_b)",
@@ -92,9 +98,13 @@ def serial(inputs: dict, variant: str = "", split=None) -> dict:
     q, k, v = (t.view(B, S, HEADS, HD).transpose(1, 2) for t in qkv.split(D, dim=-1))
     scores = q @ k.transpose(-2, -1) / math.sqrt(HD)  # [b, heads, S, S]
     future = torch.ones(S, S, dtype=torch.bool).triu(1)
+    chunk = torch.arange(S) // CHUNK
     if variant == "diagonal unmasked":
-        chunk = torch.arange(S) // CHUNK
         future = chunk[None, :] > chunk[:, None]
+    elif variant == "empty tiles attended":
+        future = future & (chunk[None, :] == chunk[:, None])
+    elif variant == "blocks of the wrong rank":
+        future = misattributed_future(split)
     scores = scores.masked_fill(future, float("-inf"))
     if variant in ("only own queries", "own queries lost"):
         owner = owners(split)
@@ -120,6 +130,21 @@ def serial(inputs: dict, variant: str = "", split=None) -> dict:
     loss.backward()
     return {"y": y.detach(), "x_grad": x.grad, "dqkv": qkv.grad, "merged": merged.detach(),
             "dy": (2 * (y - inputs["target"]) / (B * TOKENS)).detach()}
+
+
+def misattributed_future(split) -> torch.Tensor:
+    """[S, S]: what rank r's masks hide when, at step s, it takes the block of rank r-s for rank r+s's: each key is
+    masked as if it stood at the same place in the other rank's chunk."""
+    future = torch.zeros(S, S, dtype=torch.bool)
+    offset = torch.arange(CHUNK)
+    for r in range(N):
+        queries = positions(split[r])
+        for owner in range(N):
+            taken_for = (2 * r - owner) % N
+            for true_chunk, fake_chunk in zip(split[owner], split[taken_for]):
+                keys = true_chunk * CHUNK + offset
+                future[queries[:, None], keys[None, :]] = (fake_chunk * CHUNK + offset)[None, :] > queries[:, None]
+    return future
 
 
 def expected_on(ref: dict, inputs: dict, chunks) -> dict:
