@@ -4,6 +4,8 @@ exposed on the clock. Wrong values are named by replaying the common mistakes on
 
 from __future__ import annotations
 
+import torch
+
 from ..core.compare import safe_diagnosis, tensor_mismatch
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, describe_sent, flops, product_flops, products_short, sent
@@ -281,6 +283,11 @@ def diagnose_values(got, expected, inputs, key) -> str:
                    for g, e in zip(results, replays) for k in keys)
 
     split = [tuple(g.get("chunks", ())) if isinstance(g, dict) else () for g in got]
+    ys = [g.get("y") if isinstance(g, dict) else None for g in got]
+    if key == "y" and any(isinstance(y, torch.Tensor) and torch.isnan(y).any() for y in ys):
+        return ("y holds NaN: a softmax over keys that are all masked gives 0/0 (exp(-inf - (-inf))), as does "
+                "merging two empty results. A tile whose key chunk comes after its query chunk hides every key: "
+                "skip it rather than mask it")
     if key != "y" and not same(got, expected, ["y"]):
         return "the output is already wrong (see the output check): fix the forward first"
     # A forward mistake shows in y (its backward may differ from the replay's: what it computed is not what autograd
