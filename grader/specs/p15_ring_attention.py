@@ -21,6 +21,7 @@ from ..core.result import Budget
 from ..core.rules import BOOKKEEPING_BYTES, COMPUTE_CAP, exposed_communication, overlap_check
 from ..core.spec import Observation, PuzzleSpec
 from . import ring_attention_checks as rules
+from . import ring_attention_memory as memory
 from .received_blocks import watched
 from .ring_attention_costs import LEAST, MOST, block_transfer_ticks, share
 from .ring_attention_serial import (CHUNK, CHUNKS, COST, D, HEADS, KV, LSE, TILE, TOKENS, B, N, Q, W, chunk_inputs,
@@ -162,9 +163,9 @@ class RingAttention(PuzzleSpec):
             qkv,
             values_check("output projection gradient", self.pairs(got, expected, "wo_grad", "wo.grad"),
                          "output projection gradients", diagnose("wo_grad")),
-            rules.blocks_check(obs, budgets["K/V blocks"], budgets["K/V blocks in backward"]),
-            rules.memory_check(obs, budgets["peak memory"]),
-            rules.kept_check(obs, budgets["forward memory"]),
+            memory.blocks_check(obs, budgets["K/V blocks"], budgets["K/V blocks in backward"]),
+            memory.memory_check(obs, budgets["peak memory"]),
+            memory.kept_check(obs, budgets["forward memory"]),
             rules.compute_check(obs, budgets["compute"], LEAST),
             rules.balance_check(obs, budgets["balance"]),
             *(rules.phase_communication_check(obs, budgets[f"{phase} communication"], phase, qkv.passed)
