@@ -1,4 +1,4 @@
-# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 732b127c7bc2)
+# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 4a6fd5abef41)
 r"""Puzzle 15 — Context parallelism: ring attention.
 
 The task: causal self-attention over a sequence too long for one rank, on 4 ranks. Each rank holds S/N = 96 of
@@ -10,7 +10,7 @@ sequence is split so that the causal mask leaves every rank the same work: of 2N
 and chunk 2N-1-i.
 
 The budgets, per rank (derived below; Q = 49,152 bytes is one rank's [b, S/N, d], a K/V block is KV = 2·Q = 98,304
-bytes, a tile of scores [b, h, c, c] is T = 73,728 bytes):
+bytes, a tile of scores [b, h, c, c] is T = 73,728 bytes, the weights wqkv and wo are W = 32,768 bytes):
   - K/V blocks: at every message, other ranks' data still alive is at most 2 K/V blocks outside backward, 2·KV +
     1 KiB = 197,632 bytes, and 2 K/V and 2 dK/dV blocks in backward, 4·KV + 1 KiB = 394,240 bytes;
   - what the forward leaves alive for the backward at most 8·Q + 1 KiB = 394,240 bytes (q, k, v, out and lse, the
@@ -34,7 +34,7 @@ one, half masked. The rest of its row is empty and costs nothing once skipped:
                 2 (rank 2)   # # \ . . . . .      queries see (i + 1) + (2N - i) = 2N + 1 = 9 tiles, on every rank
                 3 (rank 3)   # # # \ . . . .
                 4 (rank 3)   # # # # \ . . .      contiguous (rank r: chunks 2r, 2r+1): 3, 7, 11 and 15 tiles;
-                5 (rank 2)   # # # # # \ . .      rank 3 works 5x as long as rank 0, and every step waits for it
+                5 (rank 2)   # # # # # \ . .      rank 3 has 5x rank 0's tiles, and every step waits for it
                 6 (rank 1)   # # # # # # \ .
                 7 (rank 0)   # # # # # # # \
 
