@@ -2,7 +2,8 @@
 cell, and the few lines that unpack them onto sys.path.
 
 That makes puzzles-standalone.ipynb one file that runs wherever torch, numpy and matplotlib are installed (Colab
-has them): no repository, no pip, no network. What it carries is the Python of puzzles/ (less the learner's stubs
+has them): no repository, no pip, no network. Since no pip checks the kernel's torch either, the cell first runs
+torch_check.py's check, and stops there, saying what to install, when torch is missing or older than MIN_TORCH. What it carries is the Python of puzzles/ (less the learner's stubs
 pN_*.py: the notebook's own cells are the stubs) and of grader/; never solutions/ or tests/.
 
 The zip is built the same way every time (sorted names, fixed timestamps), and the cell records a digest of what
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import inspect
 import io
 import re
 import zipfile
@@ -23,6 +25,7 @@ import nbformat
 from puzzles import sim
 
 from .cells import SETUP_MARK
+from .torch_check import MIN_TORCH, torch_problem
 
 GRADER_DIR = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/frontends/notebooks/standalone.py)
 PUZZLES_DIR = Path(sim.__file__).resolve().parent
@@ -43,7 +46,8 @@ def package_files() -> dict[str, bytes]:
 
 
 def contents_digest(files: dict[str, bytes]) -> str:
-    h = hashlib.sha256()
+    """What the cell carries and the code around it (so that a change to either makes `build --check` fail)."""
+    h = hashlib.sha256((SETUP + TORCH_CHECK).encode())
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     return h.hexdigest()[:16]
@@ -60,10 +64,19 @@ def package_zip(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+# First of all, too old a torch (or none) is said plainly, with what to do (torch_check.py).
+TORCH_CHECK = inspect.getsource(torch_problem) + f'''
+
+_problem = torch_problem("{MIN_TORCH}")  # the oldest torch the puzzles are tested on (pyproject.toml)
+if _problem:
+    raise RuntimeError(_problem)
+'''
+
 SETUP = '''{mark}: unpack this notebook's copy of the puzzles' package (run me first)
 # This cell carries the `puzzles` and `grader` packages (a zip, in base64) and puts them on sys.path, so that the
 # notebook needs no repository and no network, only torch, numpy and matplotlib. Nothing to edit here.
 # package contents: sha256 {digest}
+{torch_check}
 import base64, io, os, shutil, sys, tempfile, zipfile
 
 _PACKAGE = (
@@ -91,7 +104,7 @@ def setup_source(files: dict[str, bytes] | None = None) -> str:
     files = package_files() if files is None else files
     encoded = base64.b64encode(package_zip(files)).decode()
     payload = "\n".join(f'    "{encoded[i:i + 100]}"' for i in range(0, len(encoded), 100))
-    return SETUP.format(mark=SETUP_MARK, digest=contents_digest(files), payload=payload)
+    return SETUP.format(mark=SETUP_MARK, digest=contents_digest(files), torch_check=TORCH_CHECK, payload=payload)
 
 
 def recorded_digest(source: str) -> str | None:
