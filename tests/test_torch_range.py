@@ -54,8 +54,23 @@ def test_the_learner_selection_holds_every_puzzle_to_the_oldest_torch():
                "tests/test_notebook.py::test_notebook_runs_top_to_bottom[True-PASS]",
                "tests/test_standalone.py::test_the_standalone_notebook_runs_alone[as-shipped]",
                "tests/test_standalone.py::test_the_standalone_notebook_runs_alone[solved]",
-               "tests/test_torch_range.py::test_the_first_cell_stops_at_too_old_a_torch_and_says_what_to_install"}
+               "tests/test_torch_range.py::test_the_first_cell_stops_at_too_old_a_torch_and_says_what_to_install",
+               "tests/test_torch_range.py::test_the_notebooks_kernel_runs_the_torch_under_test"}
     assert not wanted - selected, f"not in `pytest -m learner`: {sorted(wanted - selected)}"
+
+
+@LEARNER
+def test_the_notebooks_kernel_runs_the_torch_under_test(tmp_path):
+    """The notebook tests run a "python3" kernel: on the oldest torch's environment it must be that environment's
+    Python, or CI's second run would grade the notebook on another torch without a word."""
+    import nbformat
+    import torch
+    from notebook_helpers import execute
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch; print(torch.__version__)")])
+    outputs = execute(nb, tmp_path).cells[0].outputs
+    shown = "".join(o.text for o in outputs if o.get("name") == "stdout").strip()  # torch 2.2 warns on stderr
+    assert shown == str(torch.__version__)
 
 
 @pytest.mark.parametrize("version, too_old", [("2.1.2", True), ("1.13.1+cpu", True), ("2.2.0a0+git1234", False),
