@@ -5,7 +5,7 @@
     pipeline.py, pipeline_values.py      what p5 and p6 share: the stages, their checks, the value diagnosis
     tensor_parallel_mistakes.py          p4's sizes, and the common mistakes replayed to name a wrong answer
     checkpoint_taken_away.py             torch.utils.checkpoint switched off while p1 and p2 are graded
-    mixed_precision_serial.py            p9's sizes, inputs, torch's GradScaler + Adam as the (teacher-forced)
+    mixed_precision_serial.py            p9's sizes, inputs, torch's Adam + GradScaler's logic as the (forced)
                                          reference, the mistakes replayed, the comparison at a measured tolerance
     optimizer_state.py                   p8, p9: every tensor an optimizer object keeps, found whatever its style
     gathered_weights.py                  p10: the watch that notes, at each collective, the gathered buffers
