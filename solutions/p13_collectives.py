@@ -67,7 +67,7 @@ The crossover. The two formulas are equal at
 (α/β = 128·64 = 8,192 bytes). Below S*, doubling's log2 N latencies beat the ring's 2(N-1); above it, the ring's
 bandwidth term (2(N-1)/N·S: each rank sends under 2S, however many ranks) beats doubling's log2(N)·S. The adds
 move it lower on this clock (doubling adds log2 N whole tensors, the ring N-1 chunks): measured with the reference,
-doubling is faster up to 52 KiB at N = 4 and 60 KiB at N = 8 (bench/COLLECTIVES.md). The runs graded sit well to
+doubling is the faster up to 52 KiB at N = 4 and 61 KiB at N = 8 (bench/COLLECTIVES.md). The runs graded sit well to
 either side: 4 KiB and 512 KiB. Meeting both budgets makes doubling the faster at 4 KiB (its budget, 442 and 663
 ticks, is under the ring's formula alone, 864 and 1,904) and the ring the faster at 512 KiB (14,949 and 18,440,
 under doubling's formula alone, 16,640 and 24,960). NCCL picks between such algorithms by size the same way.

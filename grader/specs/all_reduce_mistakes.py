@@ -15,6 +15,10 @@ import torch
 from ..core.spec import Observation
 from .all_reduce_runs import ALPHA, RUNS, Run, comm_by_run, run_makespan, windows
 
+def _words(run: Run) -> str:
+    return "the ring" if run.algorithm == "ring" else "recursive doubling"
+
+
 # ---- messages
 
 
@@ -97,6 +101,11 @@ def diagnose_schedule(obs: Observation, i: int, run: Run) -> str:
     world = max(worlds, key=lambda w: run_makespan(obs, i, w))
     start, end = windows(obs)[i]
     for r in world:
+        total = sent_in(comm_by_run(obs, r)[i])
+        if total > run.sent_bytes:
+            return (f"rank {r} sent {total:,} bytes in this run where {_words(run)} sends {run.sent_bytes:,} "
+                    f"(see '{run.algorithm} bytes'): the extra messages took the extra time")
+    for r in world:
         events = comm_by_run(obs, r)[i]
         sends, recvs = _sends(events), [e for e in events if e["kind"] == "recv"]
         if sends and recvs and not _overlapped(sends, recvs):
@@ -123,8 +132,8 @@ def diagnose_held(run: Run, held: int) -> str:
     if run.algorithm == "ring":
         chunks = held / run.message_bytes
         if held >= run.nbytes:
-            return (f"the rank held {held:,} bytes beyond t, as much as t itself or more ({held / run.nbytes:.2f}x "
-                    f"S): a copy of the whole tensor, where a ring needs one chunk-sized receive buffer")
+            return (f"the rank held {held:,} bytes beyond t, {held / run.nbytes:.2f}x the tensor itself: buffers the "
+                    f"size of t, where a ring needs one chunk-sized receive buffer, S/N = {run.message_bytes:,} bytes")
         return (f"the rank held {chunks:.2f} chunks of S/N = {run.message_bytes:,} bytes at once beyond t: one "
                 f"receive buffer, reused at every step, is all the ring needs")
     copies = held / run.nbytes
@@ -177,7 +186,7 @@ def diagnose_values(bad, obs: Observation, inputs: dict, result_of) -> str:
         return ""
     if torch.equal(got, parts[world.index(rank)]):
         returned = result_of(obs, rank, i).get("returned")
-        gave = (" and returned the sum as a new tensor" if isinstance(returned, torch.Tensor)
+        gave = (", and the function returned the sum as a new tensor" if isinstance(returned, torch.Tensor)
                 and returned.shape == got.shape and torch.allclose(returned.double(), bad[0].expected) else "")
         return (f"rank {rank}'s t is unchanged{gave}: an all-reduce works in place, as dist.all_reduce does. Add into "
                 f"t itself (t += buf, or into views of t such as t.view(-1).chunk(N)), not into a new tensor bound "

@@ -72,7 +72,7 @@ class Collectives(PuzzleSpec):
 
         def run(dist, tensors):
             halves = {ranks: dist.new_group(list(ranks)) for ranks in HALVES}  # every rank makes both
-            rank, out = dist.get_rank(), []
+            rank, out = dist.get_rank(), {"t": [], "returned": [], "marks": []}
             for one, t in zip(RUNS, tensors):
                 ranks = one.world_of(rank)
                 world = sub_world(dist, ranks, None if one.n == WORLD else halves[ranks])
@@ -80,8 +80,9 @@ class Collectives(PuzzleSpec):
                 start = ledger_mark()
                 returned = functions[one.algorithm](world, t)
                 end = ledger_mark()
-                out.append({"t": t, "returned": returned if isinstance(returned, torch.Tensor) else None,
-                            "marks": (start, end)})
+                out["t"].append(t)
+                out["returned"].append(returned if isinstance(returned, torch.Tensor) else None)
+                out["marks"].append((start, end))
             dist.barrier()
             return out
 
@@ -199,9 +200,13 @@ def _worlds(run: Run) -> list[tuple[int, ...]]:
 
 
 def _result(obs: Observation, rank: int, i: int) -> dict:
-    """What the program noted for run i on `rank` ({} when the answer's return made that impossible)."""
+    """What the program noted for run i on `rank`: {"t", "returned", "marks"} (an item missing when there is none)."""
     per_rank = obs.results[rank] if rank < len(obs.results) else None
-    item = per_rank[i] if isinstance(per_rank, list) and i < len(per_rank) else None
-    return item if isinstance(item, dict) else {}
+    out = {}
+    for key in ("t", "returned", "marks"):
+        items = per_rank.get(key) if isinstance(per_rank, dict) else None
+        if isinstance(items, (list, tuple)) and i < len(items):
+            out[key] = items[i]
+    return out
 
 SPEC = Collectives()

@@ -40,7 +40,10 @@ def sub_world(dist, ranks, group=None):
 
     def global_rank(peer, what):
         if not isinstance(peer, int) or not 0 <= peer < size:
-            raise ValueError(f"{what}: peer {peer!r} is not a rank of this world of {size} ranks (0..{size - 1})")
+            shown = (f"a tensor {str(peer.dtype).replace('torch.', '')}{list(peer.shape)}"
+                     if hasattr(peer, "dtype") and hasattr(peer, "shape") else repr(peer))
+            raise ValueError(f"{what}: the peer, {shown}, is not a rank of this world of {size} ranks "
+                             f"(0..{size - 1})")
         return ranks[peer]
 
     def local_rank(source):
