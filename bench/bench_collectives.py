@@ -69,16 +69,15 @@ def alone(function, n: int, numel: int) -> int:
 def crossover(n: int) -> None:
     step = 8 * n  # elements: S a multiple of N·8 elements
     star = crossover_bytes(n)
-    last_doubling = None
     rows = []
-    for numel in range(step, 16384 + 1, step):
-        ring, doubling = alone(REFERENCE.ring_all_reduce, n, numel), alone(REFERENCE.recursive_doubling_all_reduce,
-                                                                          n, numel)
-        if doubling < ring:
-            last_doubling = (numel, ring, doubling)
-        elif last_doubling is not None and not rows:
-            rows = [last_doubling, (numel, ring, doubling)]
-    print(f"\n### N = {n}: α-β crossover S* = {star:,.1f} bytes ({star / 1024:.1f} KiB); on the clock, with the adds:")
+    for numel in range(step, 16384 + 1, step):  # up to 128 KiB, past both crossovers
+        ring = alone(REFERENCE.ring_all_reduce, n, numel)
+        doubling = alone(REFERENCE.recursive_doubling_all_reduce, n, numel)
+        rows = [*rows[-1:], (numel, ring, doubling)]
+        if doubling >= ring:  # the first size at which doubling is no longer the faster
+            break
+    print(f"\n### N = {n}: α-β crossover S* = {star:,.1f} bytes ({star / 1024:.1f} KiB); on the clock, with the "
+          f"adds:")
     print("| S (bytes) | ring makespan | doubling makespan | faster |")
     print("| ---: | ---: | ---: | --- |")
     for numel, ring, doubling in rows:
