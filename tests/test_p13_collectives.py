@@ -175,3 +175,24 @@ def test_what_a_world_of_its_own_refuses_says_why(call, error):
 def test_an_answer_that_keeps_the_worlds_collectives_is_graded_not_refused():
     result = grade_file(SPEC, REPO / "tests" / "wrong" / "p13_ring_by_collectives.py", seed=0)
     assert [c.name for c in result.failed_checks()] == ["no collective"], report.pytest_message(result, 0)
+
+
+@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                    reason="torch.distributed with gloo is not available")
+def test_on_gloo_the_worlds_of_four_carry_collectives_on_their_own_group_and_the_verdicts_agree():
+    """sub_world on torch.distributed: a collective in a world of 4 runs on that world's process group (values
+    right, 'no collective' failed, as on the simulator); the references and naive answers are compared with the
+    simulator in test_real_backend.py."""
+    from grader.backends import real
+    from grader.core.grading import grade_observation
+
+    path = REPO / "tests" / "wrong" / "p13_ring_by_collectives.py"
+    outcomes = []
+    [on_gloo] = real.grade_files([(SPEC, path)], 0, outcomes_out=outcomes)
+    inputs = SPEC.make_inputs(0)
+    simulated = observe(SPEC, load_module(path), inputs, 0)
+    assert real.compare(simulated, real.observation(outcomes[0].payloads)).agree
+    expected = {c.name: (c.passed, c.measured) for c in grade_observation(SPEC, simulated, inputs).checks}
+    assert {c.name: (c.passed, c.measured) for c in on_gloo.checks if not c.simulator_only} == \
+        {name: v for name, v in expected.items() if name not in SPEC.simulator_only}
+    assert [c.name for c in on_gloo.failed_checks()] == ["no collective"]
