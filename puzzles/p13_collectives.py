@@ -1,4 +1,4 @@
-# Generated from solutions/p13_collectives.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest f9b538ac9ddf)
+# Generated from solutions/p13_collectives.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 002c589a8c7b)
 """Puzzle 13 — Collectives from point-to-point: the ring all-reduce and recursive doubling.
 
 The task: write the all-reduce that puzzles 3 to 12 called, twice, with send and recv only (no collective may be
@@ -18,10 +18,10 @@ The budgets, per run (S = the bytes of t; the grader runs each function at N = 4
     ring, N=4, 512 KiB          786,432         13,056 +   588 + 1,305 = 14,949               263,168
     ring, N=8, 4 KiB              7,168          1,904 +    35 +   190 =  2,129                 2,048
     ring, N=8, 512 KiB          917,504         16,128 +   700 + 1,612 = 18,440               132,096
-    doubling, N=4, 4 KiB          8,192            384 +    20 +    38 =    442                 5,120
-    doubling, N=4, 512 KiB    1,048,576         16,640 + 1,544 + 1,664 = 19,848               525,312
-    doubling, N=8, 4 KiB         12,288            576 +    30 +    57 =    663                 5,120
-    doubling, N=8, 512 KiB    1,572,864         24,960 + 2,316 + 2,496 = 29,772               525,312
+    doubling, N=4, 4 KiB          8,192            384 +    20 +    38 =    442                 9,216
+    doubling, N=4, 512 KiB    1,048,576         16,640 + 1,544 + 1,664 = 19,848             1,049,600
+    doubling, N=8, 4 KiB         12,288            576 +    30 +    57 =    663                 9,216
+    doubling, N=8, 512 KiB    1,572,864         24,960 + 2,316 + 2,496 = 29,772             1,049,600
 
 The ring (N = 4, t cut into chunks 0..3; a, b, c, d are the four ranks' parts of a chunk):
 
@@ -84,13 +84,14 @@ Checks (each over all eight runs of a function; the message lists every run):
   - no collective: every rank communicates with send and recv (isend, irecv, batch_isend_irecv) only; any
     collective (all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, barrier, ...) fails it.
   - ring bytes, doubling bytes: the bytes each rank sends in each run are exactly the algorithm's, 2(N-1)/N·S on
-    the ring (all of them to one neighbour: the next rank, or the previous one for every rank alike) and
-    log2(N)·S in recursive doubling (the table's figures).
+    the ring (all of them to its ring neighbours, the next rank or the previous one) and log2(N)·S in recursive
+    doubling (the table's figures).
   - ring makespan, doubling makespan: each run, from the barrier before it to its last rank's last op, within the
     α-β formula plus the adds plus 10% (the table's figures).
   - ring memory, doubling memory: the most bytes a rank holds during the call beyond what it held when the call
-    began (t was already there), at most 2·S/N + 1 KiB on the ring (a chunk-sized receive buffer, and room for a
-    second) and S + 1 KiB in recursive doubling (one receive buffer the size of t).
+    began (t was already there), at most two messages' worth and 1 KiB: 2·S/N + 1 KiB on the ring, 2·S + 1 KiB in
+    recursive doubling (one receive buffer is all either needs; room for a second, say a new one made before the
+    last is freed).
   - a deadlock is an error: here, as on gloo, a blocking send waits until its receive is posted, so a ring in
     which every rank sends first and receives after never moves.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or

@@ -32,17 +32,18 @@ def _sends(events: list[dict]) -> list[dict]:
 
 
 def misdirected(obs: Observation, i: int, run: Run) -> list[tuple[int, list[int]]]:
-    """(rank, the ranks it sent to besides its ring neighbour) for every rank whose sends in run i went elsewhere
-    than the one neighbour all ranks of its world send to (the next rank, or the previous one for all alike)."""
+    """(rank, the ranks it sent to besides its two ring neighbours) for every rank whose sends in run i went
+    further than the next or the previous rank of its world (either way round: a ring may run in either direction,
+    its two phases too)."""
     strays = []
     for first in range(0, len(obs.results), run.n):
         world = list(range(first, first + run.n))
-        targets = {r: {int(e["peers"][-1]) for e in _sends(comm_by_run(obs, r)[i])} for r in world}
-        right = {r: world[(world.index(r) + 1) % run.n] for r in world}
-        left = {r: world[(world.index(r) - 1) % run.n] for r in world}
-        side = right if sum(targets[r] <= {right[r]} for r in world) >= sum(targets[r] <= {left[r]} for r in world) \
-            else left
-        strays += [(r, sorted(targets[r] - {side[r]})) for r in world if targets[r] - {side[r]}]
+        for r in world:
+            at = world.index(r)
+            targets = {int(e["peers"][-1]) for e in _sends(comm_by_run(obs, r)[i])}
+            beyond = targets - {world[(at + 1) % run.n], world[(at - 1) % run.n]}
+            if beyond:
+                strays.append((r, sorted(beyond)))
     return strays
 
 
@@ -68,8 +69,8 @@ def diagnose_bytes(obs: Observation, i: int, run: Run, rank: int) -> str:
                     f"sends one chunk, S/N = {run.message_bytes:,} bytes")
         strays = [x for x in misdirected(obs, i, run) if x[0] == rank]
         if strays:
-            return (f"rank {rank} sent to rank(s) {strays[0][1]} as well as to its ring neighbour: on a ring every "
-                    f"rank sends only to the next rank (or only to the previous one, all ranks alike)")
+            return (f"rank {rank} sent to rank(s) {strays[0][1]}, which are not its ring neighbours: on a ring every "
+                    f"rank sends only to the next rank or the previous one")
         if set(sizes) == {run.message_bytes}:
             phases = (" (one of the two phases, reduce-scatter or all-gather, is missing)"
                       if len(sends) == n - 1 else "")
@@ -138,8 +139,8 @@ def diagnose_held(run: Run, held: int) -> str:
                 f"receive buffer, reused at every step, is all the ring needs")
     copies = held / run.nbytes
     return (f"the rank held {copies:.2f} tensors' worth beyond t at once: one receive buffer of S = "
-            f"{run.nbytes:,} bytes, reused every round, is all recursive doubling needs (a sum t + buf makes "
-            f"another; t += buf does not)")
+            f"{run.nbytes:,} bytes, reused every round, is all recursive doubling needs (each t + buf makes "
+            f"another tensor; t += buf does not)")
 
 
 # ---- values

@@ -113,8 +113,9 @@ class Run:
 
     @property
     def held_budget(self) -> int:
-        """Bytes held beyond what the rank held before the call: two chunks on the ring, the tensor in doubling."""
-        return (2 * self.message_bytes if self.algorithm == "ring" else self.nbytes) + BOOKKEEPING_BYTES
+        """Bytes held beyond what the rank held before the call: two messages' worth (a receive buffer, and room for
+        a second), a chunk each on the ring, the whole tensor each in recursive doubling."""
+        return 2 * self.message_bytes + BOOKKEEPING_BYTES
 
 
 RUNS = tuple(Run(algorithm, n, SHAPES[size]) for algorithm in FUNCTIONS for n in (4, 8) for size in SHAPES)

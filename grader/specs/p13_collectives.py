@@ -4,8 +4,8 @@ all-gather, 2(N-1) steps of a chunk) and by recursive doubling (log2 N exchanges
 Each function is graded in eight runs (all_reduce_runs.py): in a world of 8 ranks and in two worlds of 4 at once,
 at 4 KiB and 512 KiB, the two sides of the sizes where one algorithm beats the other on the puzzle's network. The
 rules, each measured per run as such: the values (every rank's t holds its world's sum); no collective called;
-the bytes each rank sends, exactly the algorithm's (and on the ring, to one neighbour only); the makespan within
-the α-β formula, the reductions it leaves out and a stated tolerance; the memory held beyond t during the call.
+the bytes each rank sends, exactly the algorithm's (on the ring, to its two ring neighbours only); the makespan
+within the α-β formula, the reductions it leaves out and a stated tolerance; the memory held beyond t in the call.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def makespan_formula(run: Run) -> str:
 
 
 def held_formula(run: Run) -> str:
-    return ("2·S/N + 1 KiB (two chunks)" if run.algorithm == "ring" else "S + 1 KiB (a tensor's receive buffer)")
+    return ("2·S/N + 1 KiB (two chunk-sized buffers)" if run.algorithm == "ring" else
+            "2·S + 1 KiB (two buffers the size of t)")
 
 
 class Collectives(PuzzleSpec):
@@ -150,7 +151,7 @@ class Collectives(PuzzleSpec):
                 off.append((i, run, wrong[0] if wrong else strays[0][0], totals))
             shown = totals[wrong[0]] if wrong else totals[0]
             rows.append(f"{run.key}: {shown:,}{' (rank %d)' % wrong[0] if wrong else ''} of exactly {run.sent_bytes:,}"
-                        + (" to one neighbour" if algorithm == "ring" and not strays else "")
+                        + (" to its neighbours" if algorithm == "ring" and not strays else "")
                         + (f", rank {strays[0][0]} also to rank(s) {strays[0][1]}" if strays else ""))
         i, run, r, totals = off[0] if off else (None, runs_of(algorithm)[-1], 0, None)
         key = run.key

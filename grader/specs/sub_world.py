@@ -58,8 +58,9 @@ def sub_world(dist, ranks, group=None):
             peer = kwargs.pop(peer_key, kwargs.pop(f"group_{peer_key}", peer))
             if kwargs:
                 raise TypeError(f"{name}() got unexpected keyword arguments {sorted(kwargs)}")
-            if peer is None and name == "recv":  # from any rank
-                return local_rank(call(tensor, tag=tag))
+            if peer is None and name in ("recv", "irecv"):  # from any rank (a handle's source_rank() stays global)
+                out = call(tensor, tag=tag)
+                return local_rank(out) if name == "recv" else out
             out = call(tensor, global_rank(peer, name), tag=tag)
             return local_rank(out) if name == "recv" else out
 

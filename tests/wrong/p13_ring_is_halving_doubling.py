@@ -1,12 +1,12 @@
 """p13 mistake: ring_all_reduce written as recursive halving then doubling (Rabenseifner's all-reduce): a correct
 all-reduce with the ring's bytes and fewer latencies, but not a ring: each rank sends to ranks r ^ 1, r ^ 2, ...
-instead of its neighbour, and its first receive buffer is half the tensor, not one chunk."""
+instead of only its neighbours, and its first receive buffer is half the tensor, not one chunk."""
 
 import torch
 
 MISTAKE = "ring_all_reduce is recursive halving and doubling, not a ring"
 EXPECTED_FAILURES = {"ring bytes", "ring memory"}
-DIAGNOSIS = "as well as to its ring neighbour"
+DIAGNOSIS = "which are not its ring neighbours"
 
 
 def ring_all_reduce(dist, t):
