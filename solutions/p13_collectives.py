@@ -25,7 +25,7 @@ The budgets, per run (S = the bytes of t; the grader runs each function at N = 4
 The ring (N = 4, t cut into chunks 0..3; a, b, c, d are the four ranks' parts of a chunk):
 
     reduce-scatter, N-1 steps: send a chunk to the right, receive one from the left, add it into yours
-                      chunk 0      chunk 1      chunk 2      chunk 3
+      at the start:   chunk 0      chunk 1      chunk 2      chunk 3
         rank 0        a            a            a            a         every step, rank r sends the chunk it
         rank 1        b            b            b            b         added into in the step before (its own
         rank 2        c            c            c            c         chunk r at step 0) to rank r + 1
@@ -48,7 +48,7 @@ Recursive doubling (N = 8; round k pairs rank r with rank r ^ 2^k):
     round 1:  0<->2  1<->3  4<->6  5<->7                                    of 4
     round 2:  0<->4  1<->5  2<->6  3<->7                                    of all 8
 
-The cost model (alpha = 128 ticks of latency per message; links of 64 bytes per tick, beta = 1/64 tick per byte):
+The cost model (α = 128 ticks of latency per message; links of 64 bytes per tick, β = 1/64 tick per byte):
   - a message of n bytes takes α + n·β ticks. Links are full duplex: a rank sends to one rank while it receives
     from another, but its own sends go one at a time, as do its receives.
   - compute is the puzzles' GPU: adding a received buffer of m elements into t (t += buf: reads two, writes one)
@@ -66,11 +66,13 @@ The crossover. The two formulas are equal at
 
 (α/β = 128·64 = 8,192 bytes). Below S*, doubling's log2 N latencies beat the ring's 2(N-1); above it, the ring's
 bandwidth term (2(N-1)/N·S: each rank sends under 2S, however many ranks) beats doubling's log2(N)·S. The adds
-move it lower on this clock (doubling adds log2 N whole tensors, the ring N-1 chunks): measured with the reference,
-doubling is the faster up to 52 KiB at N = 4 and 61 KiB at N = 8 (bench/COLLECTIVES.md). The runs graded sit well to
-either side: 4 KiB and 512 KiB. Meeting both budgets makes doubling the faster at 4 KiB (its budget, 442 and 663
-ticks, is under the ring's formula alone, 864 and 1,904) and the ring the faster at 512 KiB (14,949 and 18,440,
-under doubling's formula alone, 16,640 and 24,960). NCCL picks between such algorithms by size the same way.
+move it lower on this clock (doubling adds log2 N whole tensors, the ring N-1 chunks): measured with the
+reference, doubling is the faster up to 52 KiB at N = 4 and 61 KiB at N = 8 (bench/COLLECTIVES.md). The runs
+graded sit well to either side: 4 KiB and 512 KiB. Meeting both budgets makes doubling the faster at 4 KiB
+(its budget, 442 and 663 ticks, is under the ring's formula alone, 864 and 1,904) and the ring the faster at
+512 KiB (14,949 and 18,440, under doubling's formula alone, 16,640 and 24,960). Collective libraries choose by
+size the same way: MPI's use recursive doubling for short messages and the ring for long ones, NCCL chooses
+between its ring and its tree.
 
 How the grader calls your functions: on 8 ranks, eight runs one after the other (a barrier of its own between
 them), each function at N = 8 (ranks 0-7) and at N = 4, where ranks 0-3 and ranks 4-7 are two worlds of 4 at once.
@@ -78,7 +80,7 @@ them), each function at N = 8 (ranks 0-7) and at N = 4, where ranks 0-3 and rank
 send, recv, isend, irecv, `dist.P2POp` and `batch_isend_irecv` take its ranks. `t` is a contiguous float64 tensor,
 [512] (4 KiB) or [512, 128] (512 KiB); its number of elements is a multiple of N. Return nothing.
 
-Checks (each over all eight runs of a function; the message lists every run):
+Checks (each over the four runs of its function; the message lists every run):
   - ring values, doubling values: t on every rank equals the sum of its world's tensors.
   - no collective: every rank communicates with send and recv (isend, irecv, batch_isend_irecv) only; any
     collective (all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, barrier, ...) fails it.
