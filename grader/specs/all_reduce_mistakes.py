@@ -15,6 +15,10 @@ import torch
 from ..core.spec import Observation
 from .all_reduce_runs import ALPHA, RUNS, Run, comm_by_run, run_makespan, windows
 
+def _times(k: int) -> str:
+    return {1: "once", 2: "twice"}.get(k, f"{k} times")
+
+
 def _words(run: Run) -> str:
     return "the ring" if run.algorithm == "ring" else "recursive doubling"
 
@@ -63,7 +67,7 @@ def diagnose_bytes(obs: Observation, i: int, run: Run, rank: int) -> str:
     if run.algorithm == "ring":
         if total == doubling.sent_bytes and sizes == Counter({s: doubling.steps}):
             return (f"rank {rank} sent recursive doubling's bytes, log2(N)·S = {total:,}: ring_all_reduce "
-                    f"exchanged the whole tensor {doubling.steps} times instead of passing chunks round the ring")
+                    f"exchanged the whole tensor {_times(doubling.steps)} instead of passing chunks round the ring")
         if sends and set(sizes) == {s}:
             return (f"each of rank {rank}'s {len(sends)} messages carried the whole tensor ({s:,} bytes): a ring step "
                     f"sends one chunk, S/N = {run.message_bytes:,} bytes")
@@ -82,7 +86,7 @@ def diagnose_bytes(obs: Observation, i: int, run: Run, rank: int) -> str:
                     f"{ring.message_bytes:,}: recursive doubling exchanges the whole running sum, log2(N) = "
                     f"{run.steps} times")
         if set(sizes) == {s}:
-            return (f"rank {rank} sent the whole tensor {len(sends)} times; recursive doubling needs log2(N) = "
+            return (f"rank {rank} sent the whole tensor {_times(len(sends))}; recursive doubling needs log2(N) = "
                     f"{run.steps} exchanges (partners r ^ 1, r ^ 2, ...)")
         if sends and max(sizes) < s:
             return (f"rank {rank}'s messages were {', '.join(f'{b:,}' for b in sorted(sizes))} bytes: recursive "
@@ -106,6 +110,10 @@ def diagnose_schedule(obs: Observation, i: int, run: Run) -> str:
         if total > run.sent_bytes:
             return (f"rank {r} sent {total:,} bytes in this run where {_words(run)} sends {run.sent_bytes:,} "
                     f"(see '{run.algorithm} bytes'): the extra messages took the extra time")
+        if total < run.sent_bytes:
+            return (f"rank {r} sent {total:,} bytes in this run where {_words(run)} sends {run.sent_bytes:,} "
+                    f"(see '{run.algorithm} bytes'): its messages were not {_words(run)}'s, and neither was their "
+                    f"time")
     for r in world:
         events = comm_by_run(obs, r)[i]
         sends, recvs = _sends(events), [e for e in events if e["kind"] == "recv"]
