@@ -19,7 +19,7 @@ from ..core.spec import Observation, PuzzleSpec
 from .all_reduce_mistakes import (diagnose_bytes, diagnose_held, diagnose_schedule, diagnose_values, misdirected,
                                   sent_in)
 from .all_reduce_runs import (COST, FUNCTIONS, RUNS, TOLERANCE_PERCENT, WORLD, Run, comm_by_run, held_beyond,
-                              is_harness_barrier, run_makespan, runs_of)
+                              is_harness_barrier, run_makespan)
 from .sub_world import sub_world
 
 HALVES = ((0, 1, 2, 3), (4, 5, 6, 7))
@@ -115,9 +115,7 @@ class Collectives(PuzzleSpec):
 
     def values(self, obs: Observation, ref, inputs, algorithm: str) -> Check:
         pairs = []
-        for i, run in enumerate(RUNS):
-            if run.algorithm != algorithm:
-                continue
+        for i, run in _runs(algorithm):
             for r in range(WORLD):
                 got = _result(obs, r, i).get("t")
                 pairs.append((f"{run.key}: rank {r}'s t", got, ref["sums"][i][r], (i, r)))
@@ -141,59 +139,55 @@ class Collectives(PuzzleSpec):
 
     def sent(self, obs: Observation, budgets, algorithm: str) -> Check:
         rows, off = [], []
-        for i, run in enumerate(RUNS):
-            if run.algorithm != algorithm:
-                continue
+        for i, run in _runs(algorithm):
             totals = [sent_in(comm_by_run(obs, r)[i]) for r in range(WORLD)]
             wrong = [r for r in range(WORLD) if totals[r] != run.sent_bytes]
             strays = misdirected(obs, i, run) if algorithm == "ring" else []
+            r = wrong[0] if wrong else strays[0][0] if strays else 0
             if wrong or strays:
-                off.append((i, run, wrong[0] if wrong else strays[0][0], totals))
-            shown = totals[wrong[0]] if wrong else totals[0]
-            rows.append(f"{run.key}: {shown:,}{' (rank %d)' % wrong[0] if wrong else ''} of exactly {run.sent_bytes:,}"
-                        + (" to its neighbours" if algorithm == "ring" and not strays else "")
-                        + (f", rank {strays[0][0]} also to rank(s) {strays[0][1]}" if strays else ""))
-        i, run, r, totals = off[0] if off else (None, runs_of(algorithm)[-1], 0, None)
-        key = run.key
-        message = f"bytes each rank sent per run: {'; '.join(rows)}"
+                off.append((i, run, r, totals[r]))
+            rows.append(f"{run.key}: {totals[r]:,} (rank {r}) of exactly {run.sent_bytes:,}"
+                        + (f", and rank {strays[0][0]} sent to rank(s) {strays[0][1]}" if strays else ""))
+        i, run, r, measured = off[0] if off else (None, RUNS[_runs(algorithm)[-1][0]], 0, None)
         diagnosis = "" if not off else safe_diagnosis(diagnose_bytes, obs, i, run, r)
-        return Check(f"{algorithm} bytes", not off, message, measured=totals[r] if totals else run.sent_bytes,
-                     budget=budgets[f"{key}: bytes"], diagnosis=diagnosis)
+        where = " (every send to a ring neighbour, the next rank or the previous one)" if algorithm == "ring" else ""
+        return Check(f"{algorithm} bytes", not off, f"bytes each rank sent per run{where}: {'; '.join(rows)}",
+                     measured=run.sent_bytes if measured is None else measured,
+                     budget=budgets[f"{run.key}: bytes"], diagnosis=diagnosis)
 
     def makespan(self, obs: Observation, budgets, algorithm: str) -> Check:
-        rows, off = [], []
-        for i, run in enumerate(RUNS):
-            if run.algorithm != algorithm:
-                continue
-            spans = [run_makespan(obs, i, world) for world in _worlds(run)]
-            worst = max(spans)
-            if worst > run.makespan_budget:
-                off.append((i, run, worst))
-            rows.append(f"{run.key}: {worst:,} ticks (α-β formula {run.alpha_beta_ticks:,}, budget "
+        rows, off, spans = [], [], {}
+        for i, run in _runs(algorithm):
+            spans[i] = max(run_makespan(obs, i, world) for world in _worlds(run))
+            if spans[i] > run.makespan_budget:
+                off.append((i, run))
+            rows.append(f"{run.key}: {spans[i]:,} ticks (α-β formula {run.alpha_beta_ticks:,}, budget "
                         f"{run.makespan_budget:,})")
-        i, run, worst = off[0] if off else (None, runs_of(algorithm)[-1], None)
-        measured = worst if off else run_makespan(obs, RUNS.index(run), run.world_of(0))
+        i, run = off[0] if off else _runs(algorithm)[-1]
         diagnosis = "" if not off else safe_diagnosis(diagnose_schedule, obs, i, run)
-        return Check(f"{algorithm} makespan", not off, f"each run's makespan: {'; '.join(rows)}", measured=measured,
-                     budget=budgets[f"{run.key}: makespan"], diagnosis=diagnosis)
+        return Check(f"{algorithm} makespan", not off, f"each run's makespan, its slowest world: {'; '.join(rows)}",
+                     measured=spans[i], budget=budgets[f"{run.key}: makespan"], diagnosis=diagnosis)
 
     def memory(self, obs: Observation, budgets, algorithm: str) -> Check:
-        rows, off = [], []
-        for i, run in enumerate(RUNS):
-            if run.algorithm != algorithm:
-                continue
+        rows, off, most = [], [], {}
+        for i, run in _runs(algorithm):
             held = [held_beyond(obs, r, _result(obs, r, i).get("marks")) for r in range(WORLD)]
             r = max(range(WORLD), key=held.__getitem__)
+            most[i] = held[r]
             if held[r] > run.held_budget:
-                off.append((i, run, r, held[r]))
+                off.append((i, run))
             rows.append(f"{run.key}: {held[r]:,} (rank {r}; budget {run.held_budget:,})")
-        i, run, r, most = off[0] if off else (None, runs_of(algorithm)[-1], 0, None)
-        measured = most if off else held_beyond(obs, 0, _result(obs, 0, RUNS.index(run)).get("marks"))
-        diagnosis = "" if not off else safe_diagnosis(diagnose_held, run, most)
+        i, run = off[0] if off else _runs(algorithm)[-1]
+        diagnosis = "" if not off else safe_diagnosis(diagnose_held, run, most[i])
         return Check(f"{algorithm} memory", not off,
                      f"bytes held during the call beyond what the rank held before it (t, the inputs of the other "
-                     f"runs): {'; '.join(rows)}", measured=measured, budget=budgets[f"{run.key}: memory"],
-                     diagnosis=diagnosis)
+                     f"runs), the most on any rank: {'; '.join(rows)}", measured=most[i],
+                     budget=budgets[f"{run.key}: memory"], diagnosis=diagnosis)
+
+
+def _runs(algorithm: str) -> list[tuple[int, Run]]:
+    """(index among RUNS, run) for each run of `algorithm`."""
+    return [(i, run) for i, run in enumerate(RUNS) if run.algorithm == algorithm]
 
 
 def _worlds(run: Run) -> list[tuple[int, ...]]:
