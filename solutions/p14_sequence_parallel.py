@@ -7,9 +7,10 @@ split along the sequence: between the tensor-parallel regions, where the norms a
 holds only its own tokens, 8·r to 8·r + 7 of each sequence (sequence parallelism).
 
 The budgets, per rank (derived below; E = b·s·d·8 = 32,768 bytes, one [b, s, d] activation of the whole sequence):
-  - activation memory: what the forward leaves alive for backward, at most 462,336 bytes (2 blocks of 230,656,
-    + 1 KiB); plain tensor parallelism holds 659,456: sequence parallelism keeps 70% of it;
-  - compute: exactly 1/N of the serial blocks' work, at most 10,421,585 FLOPs (W/N + 1 = 10,419,537, + 2,048 for
+  - activation memory: what the forward leaves alive for backward, 2 blocks of 230,656 bytes = 461,312, at most
+    470,528 (+ a copy of the input shard + 1 KiB); plain tensor parallelism holds 659,456: sequence parallelism
+    keeps 70% of it;
+  - compute: exactly 1/N of the serial blocks' work, W/N + 1 = 10,419,537 FLOPs, at most 10,452,305 (+ 32,768 for
     bookkeeping), at least 10,223,616 of them in matrix products;
   - communication: what tensor parallelism's all-reduces move, 196,608 bytes each way: forward at most 197,632
     bytes, backward at most 200,704 (3,072 more for the norms' weight gradients; each + 1 KiB).
@@ -96,16 +97,18 @@ L = 2 blocks):
   - weight gradients: rank r's wqkv, wo, w1 and w2 gradients equal its pieces of the serial ones.
   - norm gradients: norm1.grad and norm2.grad on every rank equal the serial ones, whole.
   - activation memory: the bytes alive on the rank right after sp_forward returns, less those before it was
-    called, at most L·(2·E + 8·E/N + 2·b·s·(h/N)·8 + b·(a/N)·s²·8 + 2·b·(s/N)·8 + s²) + 1 KiB = 2·230,656 +
-    1,024 = 462,336 bytes (the table above). A rank that runs the norms or keeps the residual on the whole sequence
-    cannot fit; plain tensor parallelism holds 659,456.
+    called, at most L·(2·E + 8·E/N + 2·b·s·(h/N)·8 + b·(a/N)·s²·8 + 2·b·(s/N)·8 + s²) + E/N + 1 KiB = 2·230,656 +
+    8,192 + 1,024 = 470,528 bytes (the table above; E/N is room for one copy of the input shard, in [s, b, d]
+    order say). A rank that runs the norms or keeps the residual on the whole sequence cannot fit; plain tensor
+    parallelism holds 659,456.
   - compute: each rank computes exactly its 1/N of the serial blocks' work, forward and backward, every op counted:
     W/N + 1 = 10,419,537 FLOPs, W = L·(3·(8·T·d² + 4·T·d·h + 4·b·s²·d) + 34·T·d + 10·T + 13·Z + 2·T·h) + 3·T·d +
     T = 41,678,144 (the products qkv, wo, w1, w2, scores and p@v, forward and two backward; the norms, residual
     adds, the scores' scaling, mask and softmax, gelu and their backwards; the loss's backward; T = b·s = 64 tokens,
-    Z = b·a·s² = 16,384 scores; + 1 for the backward of the grader's division by N), + L·b·(s/N)·d = 2,048 for
-    bookkeeping: at most 10,421,585 FLOPs. Plain tensor parallelism repeats the norms and residual adds of every
-    token on every rank, 209,856 FLOPs more. No less than its matrix products, 10,223,616 FLOPs: products written
+    Z = b·a·s² = 16,384 scores; + 1 for the backward of the grader's division by N), + 4·L·b·s·d = 32,768 for
+    bookkeeping (room for the additions of the reduce-scatters and all-reduces, 3·L·b·s·d and a few hundred, if
+    you write them with send and recv as in puzzle 13; the collectives add for free): at most 10,452,305 FLOPs. Plain tensor parallelism repeats the
+    norms and residual adds of every token on every rank, 209,856 FLOPs more; recomputing in backward is more. No less than its matrix products, 10,223,616 FLOPs: products written
     as elementwise multiplies and sums are not allowed.
   - forward communication: the bytes each rank sends outside backward, summed over every collective (ring
     algorithm), at most L·2·2(N-1)/N·E + 1 KiB = 196,608 + 1,024 = 197,632 bytes: two all-gathers and two

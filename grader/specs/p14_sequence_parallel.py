@@ -20,13 +20,15 @@ from ..core.result import Budget, Check, fmt
 from ..core.rules import communication_check, compute_check
 from ..core.spec import Observation, PuzzleSpec
 from .sequence_parallel_costs import (ACTIVATIONS, ALLOWANCE, BACKWARD_BYTES, COST, FORWARD_BYTES, NORM_GRAD_BYTES,
-                                      PRODUCT_FLOPS, RANK_BLOCK_FORWARD, RANK_WORK, REPEATED_TOKEN_WORK, SERIAL_FLOPS, SHARE,
-                                      TP_ACTIVATIONS, TP_BLOCK, TP_BYTES)
+                                      PRODUCT_FLOPS, RANK_BACKWARD, RANK_BLOCK_FORWARD, RANK_WORK, REPEATED_NORM_WORK,
+                                      REPEATED_TOKEN_WORK, SERIAL_FLOPS, SHARE, SP_BLOCK, TP_ACTIVATIONS, TP_BLOCK,
+                                      TP_BYTES)
 from .sequence_parallel_mistakes import BACKWARD_MISTAKES, FORWARD_MISTAKES, Replays, close
 from .sequence_parallel_model import (B, D, E, H, HEADS, L, MATRICES, N, NORMS, S, SN, rank_slice, sequence_loss,
                                       serial, shard_layers, tokens)
 
 SHARD = E // N  # one [b, s/N, d] activation
+NAMED = 2 * L * B * SN * D  # how near a compute excess must be to a named one's size (they are 24,576 apart)
 
 
 class SequenceParallel(PuzzleSpec):
@@ -79,15 +81,16 @@ class SequenceParallel(PuzzleSpec):
     def budgets(self, inputs):
         return {
             "activation memory": Budget(
-                "activation memory", "L·(2·E + 8·E/N + 2·b·s·(h/N)·8 + b·(a/N)·s²·8 + 2·b·(s/N)·8 + s²) + 1 KiB "
-                "bytes, E = b·s·d·8 (per block the two gathered norm outputs [b, s, d]; on 1/N of the sequence the "
-                "norms' inputs and normalised values, q k v of the rank's heads, their output, the residual and "
-                "the block's output; x@w1_r and its gelu; the rank's attention weights; the norms' 1/rms; the "
-                "mask)", ACTIVATIONS, "bytes"),
-            "compute": Budget("compute", f"W/N + 1 + L·b·(s/N)·d, W = {SERIAL_FLOPS:,} the serial blocks' work "
+                "activation memory", "L·(2·E + 8·E/N + 2·b·s·(h/N)·8 + b·(a/N)·s²·8 + 2·b·(s/N)·8 + s²) + E/N "
+                "+ 1 KiB bytes, E = b·s·d·8 (per block the two gathered norm outputs [b, s, d]; on 1/N of the "
+                "sequence the norms' inputs and normalised values, q k v of the rank's heads, their output, the "
+                "residual and the block's output; x@w1_r and its gelu; the rank's attention weights; the norms' "
+                "1/rms; the mask; E/N for a copy of the input shard, in another layout say)", ACTIVATIONS, "bytes"),
+            "compute": Budget("compute", f"W/N + 1 + 4·L·b·s·d, W = {SERIAL_FLOPS:,} the serial blocks' work "
                               "(their products, norms, attention, gelu and residual adds, forward and backward, and "
                               "the loss's backward, each split N ways; + 1 the backward of the grader's loss / N; "
-                              "L·b·(s/N)·d for bookkeeping)", SHARE, "count"),
+                              "4·L·b·s·d for bookkeeping, room for the additions of collectives written with send "
+                              "and recv)", SHARE, "count"),
             "forward communication": Budget(
                 "forward communication", "L·2·2(N-1)/N·E + 1 KiB bytes (per block two all-gathers and two "
                 "reduce-scatters of [b, s, d]: what tensor parallelism's two all-reduces move)", FORWARD_BYTES,
@@ -118,8 +121,8 @@ class SequenceParallel(PuzzleSpec):
         checks.append(self.activation_check(obs, budgets["activation memory"]))
         checks.append(compute_check(obs, budgets["compute"], self.diagnose_compute, least=PRODUCT_FLOPS))
         for phase in ("forward", "backward"):
-            checks.append(communication_check(obs, budgets[f"{phase} communication"], f"{phase} communication",
-                                              phase, lambda r, by_kind, phase=phase: self.diagnose_sent(phase, by_kind)))
+            checks.append(communication_check(obs, budgets[f"{phase} communication"], f"{phase} communication", phase,
+                                              lambda r, by_kind, phase=phase: self.diagnose_sent(phase, by_kind)))
         return checks
 
     @staticmethod
@@ -168,12 +171,12 @@ class SequenceParallel(PuzzleSpec):
 
     @staticmethod
     def diagnose_held(held: int) -> str:
-        excess = held - (ACTIVATIONS - 1024)
+        excess = held - L * SP_BLOCK
         if held >= TP_ACTIVATIONS - L * SHARD:
             return (f"as much as plain tensor parallelism holds ({TP_ACTIVATIONS:,} bytes, L·{TP_BLOCK:,}): the norms' "
-                    f"inputs and the residual stream were kept for the whole sequence. Run the norms and the residual "
-                    f"adds on this rank's s/N tokens, and gather only the norm's output, right before the heads and "
-                    f"before w1")
+                    f"inputs (the residual stream) and their normalised values were kept for the whole sequence. Run "
+                    f"the norms and the residual adds on this rank's s/N tokens, and gather only the norm's output, "
+                    f"right before the heads and before w1")
         shards = excess / SHARD
         return (f"{excess:,} bytes more than the formula, {shards:.1f} activations of [b, s/N, d] ({SHARD:,} bytes) "
                 f"or {excess / E:.2f} of [b, s, d]: a tensor kept that backward does not need (a gather's or "
@@ -185,17 +188,23 @@ class SequenceParallel(PuzzleSpec):
     @staticmethod
     def diagnose_compute(rank, fwd, bwd) -> str:
         excess = fwd + bwd - RANK_WORK
-        if abs(excess - REPEATED_TOKEN_WORK) <= ALLOWANCE:
+        if abs(excess - REPEATED_TOKEN_WORK) <= NAMED:
             return (f"{excess:,} FLOPs beyond the share: exactly the norms' and the residual adds' work, forward and "
                     f"backward, on the other ranks' {S - SN} tokens of each sequence ((N-1)/N·L·(34·T·d + 10·T) = "
                     f"{REPEATED_TOKEN_WORK:,}): every rank ran them on the whole sequence, as plain tensor "
                     f"parallelism does. Run them on this rank's s/N tokens")
-        for blocks in range(1, L + 1):
-            if abs(excess - blocks * RANK_BLOCK_FORWARD) <= ALLOWANCE:
-                return (f"{excess:,} FLOPs beyond the share: {blocks} block forward(s) of this rank's share "
-                        f"({RANK_BLOCK_FORWARD:,} FLOPs each), run again: recomputation in backward. This puzzle "
-                        f"keeps what backward needs (its activation budget has room for it) and computes each "
-                        f"forward once")
+        if abs(excess - REPEATED_NORM_WORK) <= NAMED:
+            return (f"{excess:,} FLOPs beyond the share: exactly the norms' work, forward and backward, on the other "
+                    f"ranks' {S - SN} tokens of each sequence ((N-1)/N·L·(30·T·d + 10·T) = {REPEATED_NORM_WORK:,}): "
+                    f"the norms ran on the whole sequence on every rank (the block's input gathered, not the norm's "
+                    f"output?). Run each norm on this rank's s/N tokens, then gather its output")
+        again = bwd - RANK_BACKWARD
+        if excess > ALLOWANCE and again >= excess - ALLOWANCE:
+            return (f"{excess:,} FLOPs beyond the share, all of them inside backward ({again / RANK_BLOCK_FORWARD:.2f} "
+                    f"of a block's forward on this rank, {RANK_BLOCK_FORWARD:,} FLOPs): forward work run again in "
+                    f"backward (recomputation: torch.utils.checkpoint, or a Function that recomputes). It trades "
+                    f"compute for memory; this puzzle keeps what backward needs (the activation budget has room for "
+                    f"it) and computes each forward once")
         return (f"rank {rank} computed {(fwd + bwd) / (SERIAL_FLOPS / N):.3f}x its share, the serial blocks' work / "
                 f"N: {excess:,} FLOPs more")
 
@@ -205,7 +214,7 @@ class SequenceParallel(PuzzleSpec):
         if phase == "backward":
             reduced -= min(reduced, NORM_GRAD_BYTES)  # the norms' gradients: all-reduced by right
         gathers = sum(c for k, (c, _) in by_kind.items() if k.startswith("all_gather"))
-        if reduced >= TP_BYTES - NORM_GRAD_BYTES - 1024:
+        if reduced >= TP_BYTES - NORM_GRAD_BYTES - 1024 and gathers < 2 * L:
             return (f"plain tensor parallelism's all-reduces of the whole sequence ({all_reduced:,} bytes), and "
                     f"the sequence gathered besides: sequence parallelism replaces each all-reduce by a "
                     f"reduce-scatter after the row-parallel product and an all-gather before the next "

@@ -17,9 +17,7 @@ test_p14_sequence_parallel.py holds the closed forms to the measurements)."""
 
 from __future__ import annotations
 
-import torch
-
-from puzzles.model import TransformerWeights, init_transformer, make_sequences, transformer_block
+from puzzles.model import init_transformer, make_sequences, transformer_block
 from puzzles.sim import CostModel
 
 from ..core.rules import BOOKKEEPING_BYTES
@@ -34,13 +32,21 @@ BLOCK_OTHER = 34 * T * D + 10 * T + 13 * Z + 2 * T * H
 LOSS_BACKWARD = 3 * T * D + T
 SERIAL_FLOPS = L * (BLOCK_PRODUCTS + BLOCK_OTHER) + LOSS_BACKWARD
 PRODUCT_FLOPS = L * BLOCK_PRODUCTS // N  # a rank's matrix products: the floor
-ALLOWANCE = L * B * SN * D  # bookkeeping: one elementwise op on each block's output shard
+# bookkeeping: four elementwise passes over [b, s, d] a block. Room for the additions of the collectives written
+# with send and recv (puzzle 13's rings), which the collectives do for free on the communication stream: the 4·L
+# reduce-scatters' N-1 chunks of [b, s/N, d] each (3·L·b·s·d FLOPs), the norms' gradients' all-reduces (a few
+# hundred), and a little more
+ALLOWANCE = 4 * L * B * S * D
 RANK_WORK = SERIAL_FLOPS // N + 1  # + the backward of the grader's division of the rank's loss by N (a scalar)
 SHARE = RANK_WORK + ALLOWANCE
 # What the common excesses cost: plain tensor parallelism's norms and residual adds on every token (each rank
 # repeats the (N-1)/N of them that are other ranks' tokens), and one block's forward of a rank's share run again
 REPEATED_TOKEN_WORK = (N - 1) * L * (34 * T * D + 10 * T) // N
-RANK_BLOCK_FORWARD = (8 * T * D * D + 4 * T * D * H + 4 * B * S * S * D + 10 * T * D + 4 * T + 7 * Z + T * H) // N
+REPEATED_NORM_WORK = (N - 1) * L * (30 * T * D + 10 * T) // N  # the norms' part (the residual adds: 4·T·d a block)
+BLOCK_FORWARD = 8 * T * D * D + 4 * T * D * H + 4 * B * S * S * D + 10 * T * D + 4 * T + 7 * Z + T * H
+BLOCK_BACKWARD = 2 * (8 * T * D * D + 4 * T * D * H + 4 * B * S * S * D) + 24 * T * D + 6 * T + 6 * Z + T * H
+RANK_BLOCK_FORWARD = BLOCK_FORWARD // N
+RANK_BACKWARD = (L * BLOCK_BACKWARD + LOSS_BACKWARD) // N + 1  # what a rank computes inside backward
 
 
 def measured_serial_step() -> Cost:
@@ -70,7 +76,7 @@ HIDDEN = 2 * B * S * (H // N) * F64  # x@w1_r and its gelu, [b, s, h/N] each
 MASK = S * S  # the causal mask, [s, s] of bool
 SP_BLOCK = 2 * E + 8 * E // N + HIDDEN + SCORES + 2 * B * SN * F64 + MASK
 TP_BLOCK = 6 * E + 4 * E // N + HIDDEN + SCORES + 2 * B * S * F64 + MASK
-ACTIVATIONS = L * SP_BLOCK + BOOKKEEPING_BYTES
+ACTIVATIONS = L * SP_BLOCK + E // N + BOOKKEEPING_BYTES  # + one [b, s/N, d]: the input shard in another layout
 TP_ACTIVATIONS = L * TP_BLOCK
 
 # ---- bytes each rank sends: tensor parallelism's two all-reduces of [b, s, d] per block each way; the norms'
