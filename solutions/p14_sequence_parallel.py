@@ -66,10 +66,11 @@ backward (overlapped with the input gradient's product): 363,008 bytes here, 55%
 region. This puzzle keeps the gathered input, so its bytes are exactly tensor parallelism's.
 
 The layout. The sequence is dim 1 of [b, s, d], and the collectives cut and join dim 0 of a contiguous buffer:
-`all_gather_into_tensor` into an [N, b, s/N, d] buffer gives rank i's tokens at [i]; `from_sequence_chunks` puts
-them side by side along the sequence (a copy). The other way, `sequence_chunks(t, N)` lays [b, s, d] out as
-[N, b, s/N, d], so that chunk r, the one `reduce_scatter_tensor` hands rank r, is rank r's tokens. (Megatron keeps
-its activations as [s, b, d] for this reason: the sequence is dim 0, and no copy is needed.)
+`all_gather_into_tensor` of [b, s/N, d] pieces into an [N·b, s/N, d] buffer puts rank i's tokens in rows i·b to
+(i+1)·b - 1; `from_sequence_chunks(chunks, N)` puts them side by side along the sequence (a copy). The other way,
+`sequence_chunks(t, N)` lays [b, s, d] out as [N·b, s/N, d], so that block r, the one `reduce_scatter_tensor`
+hands rank r, is rank r's tokens. (Megatron keeps its activations as [s, b, d] for this reason: the sequence is
+dim 0, and no copy is needed.)
 
 Write three things:
   - `GatherFromSequenceParallel`, a torch.autograd.Function: `GatherFromSequenceParallel.apply(x_r, dist)`
@@ -121,9 +122,10 @@ L = 2 blocks):
     bytes, which its memory ledger could not see).
 
 Hints:
-  - Gather: `chunks = torch.empty((N, *x.shape), dtype=x.dtype)`, `dist.all_gather_into_tensor(chunks,
-    x.contiguous())`, then `from_sequence_chunks(chunks)`. Reduce-scatter: `mine = torch.empty(b, s // N, d,
-    dtype=...)`, `dist.reduce_scatter_tensor(mine, sequence_chunks(partial, N))`.
+  - Gather: `chunks = torch.empty((N * b, s // N, d), dtype=x.dtype)`, `dist.all_gather_into_tensor(chunks,
+    x.contiguous())`, then `from_sequence_chunks(chunks, N)`. Reduce-scatter: `mine = torch.empty((b, s // N, d),
+    dtype=...)`, `dist.reduce_scatter_tensor(mine, sequence_chunks(partial, N))`. (gloo wants exactly these shapes:
+    the gathered output [N·b, ...] for inputs [b, ...]; a stacked [N, b, ...] works on NCCL and here, not there.)
   - In a Function, keep `dist` on `ctx` in forward (`ctx.dist = dist`) and return one gradient per input of
     forward from backward: `return grad_x, None`.
   - A hook on a norm weight, `w.norm1.register_hook(fn)`, runs in backward with the weight's gradient and puts
@@ -137,16 +139,17 @@ from puzzles.model import causal_attention, rms_norm
 
 
 def sequence_chunks(t, n):
-    """[b, s, d] -> [n, b, s/n, d], contiguous: chunk i holds tokens i·s/n to (i+1)·s/n - 1 of every sequence,
-    the piece of the sequence rank i keeps (a copy: the sequence is dim 1, and the collectives cut dim 0)."""
+    """[b, s, d] -> [n·b, s/n, d], contiguous: rows i·b to (i+1)·b - 1 hold tokens i·s/n to (i+1)·s/n - 1 of every
+    sequence, the tokens rank i keeps. That is the layout the collectives cut and join along dim 0 (block i is rank
+    i's); a copy, since the sequence is dim 1."""
     b, s, d = t.shape
-    return t.reshape(b, n, s // n, d).transpose(0, 1).contiguous()
+    return t.reshape(b, n, s // n, d).transpose(0, 1).reshape(n * b, s // n, d)
 
 
-def from_sequence_chunks(chunks):
-    """[n, b, s/n, d] -> [b, s, d]: the chunks side by side along the sequence again (a copy)."""
-    n, b, c, d = chunks.shape
-    return chunks.transpose(0, 1).reshape(b, n * c, d)
+def from_sequence_chunks(chunks, n):
+    """[n·b, s/n, d] -> [b, s, d]: the n blocks side by side along the sequence again (a copy)."""
+    nb, c, d = chunks.shape
+    return chunks.view(n, nb // n, c, d).transpose(0, 1).reshape(nb // n, n * c, d)
 
 
 class GatherFromSequenceParallel(torch.autograd.Function):
@@ -158,34 +161,34 @@ class GatherFromSequenceParallel(torch.autograd.Function):
         # BEGIN SOLUTION
         ctx.dist = dist
         n = dist.get_world_size()
-        chunks = torch.empty((n, *x.shape), dtype=x.dtype)
+        chunks = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype)  # [N·b, s/N, d]
         dist.all_gather_into_tensor(chunks, x.contiguous())
-        return from_sequence_chunks(chunks)
+        return from_sequence_chunks(chunks, n)
         # END SOLUTION
 
     @staticmethod
     def backward(ctx, grad):
         # BEGIN SOLUTION
         dist = ctx.dist
-        chunks = sequence_chunks(grad, dist.get_world_size())
-        mine = torch.empty(chunks.shape[1:], dtype=grad.dtype)
-        dist.reduce_scatter_tensor(mine, chunks)
+        n = dist.get_world_size()
+        mine = torch.empty((grad.shape[0], grad.shape[1] // n, grad.shape[2]), dtype=grad.dtype)  # [b, s/N, d]
+        dist.reduce_scatter_tensor(mine, sequence_chunks(grad, n))
         return mine, None
         # END SOLUTION
 
 
 class ReduceScatterToSequenceParallel(torch.autograd.Function):
     """Reduce-scatter along the sequence forward, all-gather backward (Megatron's
-    reduce_scatter_to_sequence_parallel_region): each rank's partial [b, s, d] -> this rank's piece of the sum,
+    reduce_scatter_to_sequence_parallel_region): each rank's partial [b, s, d] -> this rank's tokens of the sum,
     [b, s/N, d]."""
 
     @staticmethod
     def forward(ctx, partial, dist):
         # BEGIN SOLUTION
         ctx.dist = dist
-        chunks = sequence_chunks(partial, dist.get_world_size())
-        mine = torch.empty(chunks.shape[1:], dtype=partial.dtype)
-        dist.reduce_scatter_tensor(mine, chunks)
+        n = dist.get_world_size()
+        mine = torch.empty((partial.shape[0], partial.shape[1] // n, partial.shape[2]), dtype=partial.dtype)
+        dist.reduce_scatter_tensor(mine, sequence_chunks(partial, n))
         return mine
         # END SOLUTION
 
@@ -193,9 +196,10 @@ class ReduceScatterToSequenceParallel(torch.autograd.Function):
     def backward(ctx, grad):
         # BEGIN SOLUTION
         dist = ctx.dist
-        chunks = torch.empty((dist.get_world_size(), *grad.shape), dtype=grad.dtype)
+        n = dist.get_world_size()
+        chunks = torch.empty((n * grad.shape[0], *grad.shape[1:]), dtype=grad.dtype)
         dist.all_gather_into_tensor(chunks, grad.contiguous())
-        return from_sequence_chunks(chunks), None
+        return from_sequence_chunks(chunks, n), None
         # END SOLUTION
 
 

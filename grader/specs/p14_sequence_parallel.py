@@ -24,8 +24,8 @@ from .sequence_parallel_costs import (ACTIVATIONS, ALLOWANCE, BACKWARD_BYTES, CO
                                       REPEATED_TOKEN_WORK, SERIAL_FLOPS, SHARE, SP_BLOCK, TP_ACTIVATIONS, TP_BLOCK,
                                       TP_BYTES)
 from .sequence_parallel_mistakes import BACKWARD_MISTAKES, FORWARD_MISTAKES, Replays, close
-from .sequence_parallel_model import (B, D, E, H, HEADS, L, MATRICES, N, NORMS, S, SN, rank_slice, sequence_loss,
-                                      serial, shard_layers, tokens)
+from .sequence_parallel_model import (B, D, E, H, HEADS, L, MATRICES, N, NORMS, S, SN, grads_of, rank_slice,
+                                      sequence_loss, serial, shard_layers, tokens)
 
 SHARD = E // N  # one [b, s/N, d] activation
 NAMED = 2 * L * B * SN * D  # how near a compute excess must be to a named one's size (they are 24,576 apart)
@@ -74,7 +74,7 @@ class SequenceParallel(PuzzleSpec):
                                    "False): was it computed under torch.no_grad(), or detached?")
             (sequence_loss(y, target) / N).backward()  # the ranks' losses add up to the serial loss
             return {"y": y.detach(), "x_grad": x.grad, "held": held,
-                    "grads": [TransformerWeights(*(t.grad for t in w)) for w in layers]}
+                    "grads": [grads_of(w) for w in layers]}
 
         return run
 
@@ -133,9 +133,9 @@ class SequenceParallel(PuzzleSpec):
             for i in range(L):
                 mine = blocks[i] if isinstance(blocks, (list, tuple)) and i < len(blocks) else None
                 for name in names:
-                    g = getattr(mine, name, None)
+                    g = mine.get(name) if isinstance(mine, dict) else None
                     what = "whole" if name in NORMS else "rank's piece"
-                    pairs.append((f"rank {r}: layers[{i}].{name}.grad ({what})", g, getattr(want[r]["grads"][i], name),
+                    pairs.append((f"rank {r}: layers[{i}].{name}.grad ({what})", g, want[r]["grads"][i][name],
                                   (r, i, name)))
         return pairs
 

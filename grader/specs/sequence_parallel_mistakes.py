@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from puzzles.model import TransformerWeights, causal_attention, rms_norm
 
-from .sequence_parallel_model import B, D, HEADS, L, N, NORMS, S, SN, sequence_loss, shard_layers, tokens
+from .sequence_parallel_model import B, D, HEADS, L, N, NORMS, S, SN, grads_of, sequence_loss, shard_layers, tokens
 
 MODEL_TOL = 1e-8
 
@@ -80,13 +80,13 @@ def replay(inputs, gather=("cat", "rs"), scatter=("rs", "cat"), norms="sum") -> 
             partials = [branch(gathered[r], weights[r][i]) for r in range(N)]
             hs = [h + o for h, o in zip(hs, _Link.apply(*scatter, True, *partials))]
     sum(sequence_loss(h, inputs["target"][:, tokens(r)]) / N for r, h in enumerate(hs)).backward()
-    grads = [[TransformerWeights(*(t.grad for t in w)) for w in ws] for ws in weights]
+    grads = [[grads_of(w) for w in ws] for ws in weights]
     for i in range(L):
         for name in NORMS:
-            own = [getattr(grads[r][i], name) for r in range(N)]
+            own = [grads[r][i][name] for r in range(N)]
             combined = {"sum": [sum(own)] * N, "own": own, "avg": [sum(own) / N] * N, "twice": [N * sum(own)] * N}
             for r in range(N):
-                grads[r][i] = grads[r][i]._replace(**{name: combined[norms][r]})
+                grads[r][i][name] = combined[norms][r]
     return [{"y": hs[r].detach(), "x_grad": xs[r].grad, "grads": grads[r]} for r in range(N)]
 
 
@@ -160,7 +160,7 @@ def matches(got: dict, expected: dict, keys) -> bool:
             g = got.get("grads")
             if not isinstance(g, (list, tuple)) or len(g) != L:
                 return False
-            if not all(isinstance(w, (tuple, list)) and len(w) == len(e) and all(close(a, b) for a, b in zip(w, e))
+            if not all(isinstance(w, dict) and all(close(w.get(k), v) for k, v in e.items())
                        for w, e in zip(g, expected["grads"])):
                 return False
         elif not close(got.get(key), expected[key]):

@@ -47,6 +47,12 @@ def shard_layers(layers, rank: int) -> list[TransformerWeights]:
     return [shard(w, rank) for w in layers]
 
 
+def grads_of(weights: TransformerWeights) -> dict:
+    """A block's weight gradients as {name: grad}: plain data, which a real process can send back (a NamedTuple
+    arrives as a plain tuple)."""
+    return {name: getattr(weights, name).grad for name in TransformerWeights._fields}
+
+
 def serial(x: torch.Tensor, target: torch.Tensor, layers) -> dict:
     """The blocks on the whole sequence: the output, the input gradient and every weight's gradient."""
     x = x.detach().clone().requires_grad_()
@@ -55,11 +61,11 @@ def serial(x: torch.Tensor, target: torch.Tensor, layers) -> dict:
     for w in ws:
         y = transformer_block(y, w, HEADS)
     sequence_loss(y, target).backward()
-    return {"y": y.detach(), "x_grad": x.grad, "grads": [TransformerWeights(*(t.grad for t in w)) for w in ws]}
+    return {"y": y.detach(), "x_grad": x.grad, "grads": [grads_of(w) for w in ws]}
 
 
 def rank_slice(ref: dict, rank: int) -> dict:
     """What rank r should hold: its tokens of y and x.grad, its pieces of the matrices' gradients, the norms'
     gradients whole."""
     return {"y": ref["y"][:, tokens(rank)], "x_grad": ref["x_grad"][:, tokens(rank)],
-            "grads": [shard(g, rank) for g in ref["grads"]]}
+            "grads": [shard(TransformerWeights(**g), rank)._asdict() for g in ref["grads"]]}

@@ -9,21 +9,22 @@ from puzzles.model import causal_attention, rms_norm
 
 def sequence_chunks(t, n):
     b, s, d = t.shape
-    return t.reshape(b, n, s // n, d).transpose(0, 1).contiguous()
+    return t.reshape(b, n, s // n, d).transpose(0, 1).reshape(n * b, s // n, d)
 
 
-def from_sequence_chunks(chunks):
-    n, b, c, d = chunks.shape
-    return chunks.transpose(0, 1).reshape(b, n * c, d)
+def from_sequence_chunks(chunks, n):
+    nb, c, d = chunks.shape
+    return chunks.view(n, nb // n, c, d).transpose(0, 1).reshape(nb // n, n * c, d)
 
 
 class GatherFromSequenceParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dist):
         ctx.dist = dist
-        chunks = torch.empty((dist.get_world_size(), *x.shape), dtype=x.dtype)
+        n = dist.get_world_size()
+        chunks = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype)
         dist.all_gather_into_tensor(chunks, x.contiguous())
-        return from_sequence_chunks(chunks)
+        return from_sequence_chunks(chunks, n)
 
     @staticmethod
     def backward(ctx, grad):
@@ -34,9 +35,9 @@ class ReduceScatterToSequenceParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, partial, dist):
         ctx.dist = dist
-        chunks = sequence_chunks(partial, dist.get_world_size())
-        mine = torch.empty(chunks.shape[1:], dtype=partial.dtype)
-        dist.reduce_scatter_tensor(mine, chunks)
+        n = dist.get_world_size()
+        mine = torch.empty((partial.shape[0], partial.shape[1] // n, partial.shape[2]), dtype=partial.dtype)
+        dist.reduce_scatter_tensor(mine, sequence_chunks(partial, n))
         return mine
 
     @staticmethod

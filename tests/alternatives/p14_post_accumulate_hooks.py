@@ -11,17 +11,17 @@ from puzzles.model import causal_attention, rms_norm
 def gather_sequence(dist, x):
     """[b, s/N, d] -> [b, s, d]"""
     n = dist.get_world_size()
-    chunks = torch.empty((n, *x.shape), dtype=x.dtype)
+    chunks = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype)
     dist.all_gather_into_tensor(chunks, x.contiguous(), async_op=True).wait()
-    return torch.cat(chunks.unbind(0), dim=1)
+    return torch.cat(chunks.chunk(n), dim=1)
 
 
 def reduce_scatter_sequence(dist, t):
     """[b, s, d] partial -> [b, s/N, d] of the sum"""
     n = dist.get_world_size()
-    chunks = torch.stack(t.chunk(n, dim=1))
+    chunks = t.chunk(n, dim=1)
     mine = torch.empty_like(chunks[0])
-    dist.reduce_scatter_tensor(mine, chunks, async_op=True).wait()
+    dist.reduce_scatter_tensor(mine, torch.cat(chunks), async_op=True).wait()
     return mine
 
 

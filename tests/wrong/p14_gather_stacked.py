@@ -1,4 +1,4 @@
-"""p14 mistake: the all-gather's [N, b, s/N, d] buffer read as [b, s, d] without putting the chunks back along the
+"""p14 mistake: the all-gather's [N·b, s/N, d] buffer read as [b, s, d] without putting the blocks back along the
 sequence: the tokens of the two sequences are mixed."""
 
 import torch
@@ -13,24 +13,20 @@ DIAGNOSIS = "the gathered sequence is out of order"
 
 def sequence_chunks(t, n):
     b, s, d = t.shape
-    return t.reshape(b, n, s // n, d).transpose(0, 1).contiguous()
-
-
-def from_sequence_chunks(chunks):
-    n, b, c, d = chunks.shape
-    return chunks.transpose(0, 1).reshape(b, n * c, d)
+    return t.reshape(b, n, s // n, d).transpose(0, 1).reshape(n * b, s // n, d)
 
 
 def _gather(dist, x):
-    chunks = torch.empty((dist.get_world_size(), *x.shape), dtype=x.dtype)
+    n = dist.get_world_size()
+    chunks = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype)  # [N·b, s/N, d]
     dist.all_gather_into_tensor(chunks, x.contiguous())
-    return chunks.reshape(x.shape[0], -1, x.shape[2])  # the mistake: chunk order is not token order
+    return chunks.reshape(x.shape[0], -1, x.shape[2])  # the mistake: block order is not token order
 
 
 def _reduce_scatter(dist, t):
-    chunks = sequence_chunks(t, dist.get_world_size())
-    mine = torch.empty(chunks.shape[1:], dtype=t.dtype)
-    dist.reduce_scatter_tensor(mine, chunks)
+    n = dist.get_world_size()
+    mine = torch.empty((t.shape[0], t.shape[1] // n, t.shape[2]), dtype=t.dtype)
+    dist.reduce_scatter_tensor(mine, sequence_chunks(t, n))
     return mine
 
 

@@ -13,24 +13,25 @@ DIAGNOSIS = "the reduce-scatter's backward handed each rank only its own tokens'
 
 def sequence_chunks(t, n):
     b, s, d = t.shape
-    return t.reshape(b, n, s // n, d).transpose(0, 1).contiguous()
+    return t.reshape(b, n, s // n, d).transpose(0, 1).reshape(n * b, s // n, d)
 
 
-def from_sequence_chunks(chunks):
-    n, b, c, d = chunks.shape
-    return chunks.transpose(0, 1).reshape(b, n * c, d)
+def from_sequence_chunks(chunks, n):
+    nb, c, d = chunks.shape
+    return chunks.view(n, nb // n, c, d).transpose(0, 1).reshape(nb // n, n * c, d)
 
 
 def _gather(dist, x):
-    chunks = torch.empty((dist.get_world_size(), *x.shape), dtype=x.dtype)
+    n = dist.get_world_size()
+    chunks = torch.empty((n * x.shape[0], *x.shape[1:]), dtype=x.dtype)
     dist.all_gather_into_tensor(chunks, x.contiguous())
-    return from_sequence_chunks(chunks)
+    return from_sequence_chunks(chunks, n)
 
 
 def _reduce_scatter(dist, t):
-    chunks = sequence_chunks(t, dist.get_world_size())
-    mine = torch.empty(chunks.shape[1:], dtype=t.dtype)
-    dist.reduce_scatter_tensor(mine, chunks)
+    n = dist.get_world_size()
+    mine = torch.empty((t.shape[0], t.shape[1] // n, t.shape[2]), dtype=t.dtype)
+    dist.reduce_scatter_tensor(mine, sequence_chunks(t, n))
     return mine
 
 

@@ -1,5 +1,6 @@
 """p14 in another style: the sequence gathered as a list (dist.all_gather) and joined with torch.cat along dim 1,
-the partial output cut with chunk(dim=1) and stacked for reduce_scatter_tensor: no helper from the stub."""
+the partial output cut with chunk(dim=1) and joined along dim 0 for reduce_scatter_tensor: no helper from the
+stub."""
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +18,9 @@ class GatherFromSequenceParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        pieces = torch.stack(grad.chunk(ctx.dist.get_world_size(), dim=1))
+        pieces = grad.chunk(ctx.dist.get_world_size(), dim=1)
         mine = torch.empty_like(pieces[0])
-        ctx.dist.reduce_scatter_tensor(mine, pieces)
+        ctx.dist.reduce_scatter_tensor(mine, torch.cat(pieces))
         return mine, None
 
 
@@ -27,9 +28,9 @@ class ReduceScatterToSequenceParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, partial, dist):
         ctx.dist = dist
-        pieces = torch.stack(partial.chunk(dist.get_world_size(), dim=1))
+        pieces = partial.chunk(dist.get_world_size(), dim=1)
         mine = torch.empty_like(pieces[0])
-        dist.reduce_scatter_tensor(mine, pieces)
+        dist.reduce_scatter_tensor(mine, torch.cat(pieces))
         return mine
 
     @staticmethod
