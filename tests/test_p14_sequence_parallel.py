@@ -167,3 +167,10 @@ def test_a_gradient_of_the_wrong_shape_gets_no_diagnosis_and_no_crash():
     ref = SPEC.reference(inputs)
     got = [{**g, "grads": [{**w, "norm1": torch.zeros(3)} for w in g["grads"]]} for g in ref["ranks"]]
     assert SPEC.diagnose_grads(got, ref["ranks"], mistakes.Replays(inputs), "norms") == ""
+
+
+def test_the_readme_row_states_every_budget_and_tensor_parallelisms_figure():
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| p14 |"))
+    for budget in SPEC.budgets(SPEC.make_inputs(0)).values():
+        assert f"{budget.value:,}" in row, budget.name
+    assert f"{costs.TP_ACTIVATIONS:,}" in row and f"{costs.PRODUCT_FLOPS:,}" in row
