@@ -149,6 +149,15 @@ def table(cases, rows, meta) -> str:
         "0.4 s after the data arrived), and a second `wait()` on it never returns; the simulator does the same, "
         "and raises `WorkError` where gloo would hang. A dropped handle is `UnwaitedWorkError`: gloo lost the "
         "message (the receiver hung) in some runs and not in others.",
+        "- **The clock's issue order.** Time is the simulator's own (gloo has no clock), and the corpus compares values "
+        "and errors, which the clock never changes. The clock places each rank's communication in the order the "
+        "rank issued it, as NCCL runs a stream: sends one after another, receives one after another, a collective "
+        "after everything issued before it. gloo runs point-to-point operations independently, and torch's NCCL "
+        "backend gives each pair of peers a stream of its own, so both run programs in which an earlier operation "
+        "waits for a later one (the `tags_received_out_of_order` case; an async all-reduce left pending across a "
+        "send its partner needs first). The simulator runs them too, as gloo does, placing the waited-for operation "
+        "out of issue order, and adds a warning to the run that a single NCCL stream would hang there. A wait is "
+        "never held back for the clock's sake alone: no program deadlocks here that gloo runs.",
         "",
     ]
     return "\n".join(lines)

@@ -59,11 +59,6 @@ def observe_reference(pid: str, cost: CostModel | None = None):
     return spec, observe(spec, module, inputs, 0)
 
 
-def exact_bubble(obs) -> Fraction:
-    busy = sum(obs.busy_ticks(r) for r in range(obs.world_size))
-    return 1 - Fraction(busy, obs.makespan * obs.world_size)
-
-
 def formulas() -> None:
     from grader.core.rules import flops
     from grader.specs import p6_one_f_one_b, p8_zero
@@ -71,17 +66,22 @@ def formulas() -> None:
 
     print("\n## 2. simulated figures against the formulas (reference solutions, seed 0)")
     p, m = p5_gpipe.P, p5_gpipe.M
-    free = CostModel(flops_per_tick=SPECS["p5"].cost.flops_per_tick, latency_ticks=0, bytes_per_tick=None)
-    formula = Fraction(p - 1, m + p - 1)
+    free = CostModel(latency_ticks=0, bytes_per_tick=None)
+    pipeline = ((m + p - 1) * (p5_gpipe.FORWARD + p5_gpipe.BACKWARD).ticks
+                + m * (p5_gpipe.LOSS_FORWARD + p5_gpipe.LOSS_BACKWARD).ticks)
+    work = p5_gpipe.STAGE_WORK[p - 1].ticks
+    print(f"  stage costs on the clock: F = {p5_gpipe.FORWARD.ticks:,} ticks, BW = {p5_gpipe.BACKWARD.ticks:,}, "
+          f"LF + LB = {(p5_gpipe.LOSS_FORWARD + p5_gpipe.LOSS_BACKWARD).ticks:,}; W = {work:,}")
     print(f"  {'figure':<58} {'formula':>22} {'measured':>22}")
     for pid, name in (("p5", "GPipe"), ("p6", "1F1B")):
         _, obs = observe_reference(pid, free)
-        print(f"  {name + ' bubble, p=4, m=8, free messages':<58} {str(formula) + ' = ' + f'{float(formula):.4f}':>22} "
-              f"{str(exact_bubble(obs)) + ' = ' + f'{float(exact_bubble(obs)):.4f}':>22}")
+        print(f"  {name + ' makespan, free messages (+ 36 returning dL/dx)':<58} "
+              f"{f'(m+p-1)(F+BW)+m(LF+LB) = {pipeline:,}':>22} {obs.makespan:>22,}")
+    formula = Fraction(p - 1, m + p - 1)
     for pid, name in (("p5", "GPipe"), ("p6", "1F1B")):
         _, obs = observe_reference(pid)
-        print(f"  {name + ' bubble, p=4, m=8, graded cost model (1-tick messages)':<58} {float(formula):>22.4f} "
-              f"{float(exact_bubble(obs)):>22.4f}")
+        print(f"  {name + ' bubble 1 - W/makespan, graded cost model (1-tick msgs)':<58} "
+              f"{f'(p-1)/(m+p-1) = {float(formula):.4f}':>22} {1 - work / obs.makespan:>22.4f}")
     act, static = p6_one_f_one_b.ACT, p6_one_f_one_b.STATIC
     for pid, name, held in (("p5", "GPipe", m), ("p6", "1F1B", p)):
         _, obs = observe_reference(pid)
@@ -102,7 +102,8 @@ def formulas() -> None:
           f"{f'{k * psi // n:,} B':>22} {f'{state.measured:,} B':>22}")
     spec, obs = observe_reference("p1")
     budget = spec.budgets(spec.make_inputs(0))["compute"].value
-    print(f"  {'p1 compute with recomputation, 4·L·F FLOPs':<58} {f'{budget:,}':>22} {f'{flops(obs, 0):,}':>22}")
+    print(f"  {'p1 compute with recomputation, L·(2F + BK) + L·B·d FLOPs':<58} {f'{budget:,}':>22} "
+          f"{f'{flops(obs, 0):,}':>22}")
 
 
 if __name__ == "__main__":

@@ -109,9 +109,9 @@ def p10_figures() -> None:
     print("\n## 2. p10: ZeRO-3 against its formulas (seed 0)")
     dp, zero3 = p10.DATA_PARALLEL_BYTES, p10.ZERO3_BYTES
     print(f"  formulas: held 8Ψ/N + 2·W = {p10.SHARDS + 2 * p10.W:,} B; sent 3·(N-1)/N·8Ψ = {zero3:,} B = "
-          f"{zero3 / dp:.2f} x data parallel's 2·(N-1)/N·8Ψ = {dp:,} B; makespan C + 2·A = "
-          f"{p10.compute_ticks() + 2 * p10.gather_ticks():,} ticks (C = {p10.compute_ticks():,}, "
-          f"A = {p10.gather_ticks()})")
+          f"{zero3 / dp:.2f} x data parallel's 2·(N-1)/N·8Ψ = {dp:,} B; exposed communication 2·A = "
+          f"{2 * p10.gather_ticks():,} ticks, makespan C + 2·A = {p10.compute_ticks() + 2 * p10.gather_ticks():,} "
+          f"(C = {p10.compute_ticks():,}, A = {p10.gather_ticks()})")
     answers = [("reference", REPO / "solutions" / "p10_fsdp.py"),
                *[(p.stem, p) for p in sorted((REPO / "tests" / "alternatives").glob("p10_*.py"))],
                ("naive (ZeRO-2: every layer kept)", REPO / "tests" / "naive" / "p10_fsdp.py"),

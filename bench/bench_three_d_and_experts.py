@@ -70,19 +70,19 @@ def row(name: str, formula: str, measured: str) -> None:
 
 def three_d() -> None:
     print("\n## 2. p11: 3-D parallelism, D = 2 replicas x p = 2 stages x t = 2, m = 4 microbatches (seed 0)")
-    m, p, f = layout.M, layout.P, layout.F_TICKS
-    ideal, formula = (m + p - 1) * 3 * f, Fraction(p - 1, m + p - 1)
-    free = CostModel(flops_per_tick=SPECS["p11"].cost.flops_per_tick, latency_ticks=0, bytes_per_tick=None)
+    m, p = layout.M, layout.P
+    ideal = (m + p - 1) * (layout.FORWARD + layout.BACKWARD).ticks + m * (layout.LOSS_FORWARD + layout.LOSS_BACKWARD).ticks
+    work, formula = layout.STAGE_WORK[p - 1].ticks, Fraction(p - 1, m + p - 1)
+    free = CostModel(latency_ticks=0, bytes_per_tick=None)
     row("figure", "formula", "measured")
     for name, path in (("GPipe", REPO / "solutions" / "p11_three_d_parallel.py"),
                        ("1F1B", REPO / "tests" / "alternatives" / "p11_one_f_one_b.py")):
         for cost_name, cost in (("free messages", free), ("graded cost model", None)):
             obs = observe_file("p11", path, cost)
-            span = max(e["end"] for e in obs.events if e["stream"] == "compute" and e["flops"])
-            bubble = 1 - Fraction(m * 3 * f, span)
-            row(f"{name} T_pipe (last backward), {cost_name}", f"(m+p-1)·3F = {ideal:,}", f"{span:,} ticks")
-            shown = f"{bubble} = {float(bubble):.4f}" if cost is free else f"{float(bubble):.4f}"
-            row(f"{name} bubble 1 - m·3F/T_pipe, {cost_name}", f"{formula} = {float(formula):.4f}", shown)
+            span = max(e["end"] for e in obs.events_of(stream="compute", kind="backward"))
+            row(f"{name} T_pipe (last backward), {cost_name}", f"(m+p-1)(F+BW)+m(LF+LB) = {ideal:,}", f"{span:,} ticks")
+            row(f"{name} bubble 1 - W/T_pipe, {cost_name}", f"{formula} = {float(formula):.4f}",
+                f"{1 - work / span:.4f}")
     obs = observe_file("p11", REPO / "solutions" / "p11_three_d_parallel.py")
     flops = {sum(e["flops"] for e in obs.events_of(r, "compute")) for r in range(layout.WORLD)}
     tp = {sum(b for _, b in sent_on_group(obs, r, layout.tp_ranks(r)).values()) for r in range(layout.WORLD)}
@@ -90,7 +90,7 @@ def three_d() -> None:
     inputs = SPECS["p11"].make_inputs(0)
     _, per_rank = SPECS["p11"].launch(inputs)
     weights = {sum(w.numel() * 8 for pair in args[0] for w in pair) for args in per_rank}
-    row("FLOPs per rank (all 8 equal)", f"m·3F = {layout.SHARE_FLOPS:,}", ", ".join(f"{v:,}" for v in flops))
+    row("FLOPs per rank, at most", f"{layout.SHARE_FLOPS:,}", ", ".join(f"{v:,}" for v in sorted(flops)))
     row("bytes sent on the tensor-parallel group, per rank", f"{layout.TP_BYTES:,}", ", ".join(f"{v:,}" for v in tp))
     row("bytes sent on the data-parallel group, per rank", f"{layout.DP_BYTES:,}", ", ".join(f"{v:,}" for v in dp))
     row("weights held per rank", f"W/(p·t) = {layout.W_RANK:,}", ", ".join(f"{v:,}" for v in weights))
@@ -110,8 +110,8 @@ def experts() -> None:
     for r in range(moe.N):
         formula = 2 * (moe.SENT_AWAY[r] + moe.RECEIVED[r]) * moe.ROW + counts
         wire = sum(b for _, b in sent(ref, r).values())
-        compute = moe.ROUTER_FLOPS + moe.KEPT_ON[r] * moe.TOKEN_FLOPS
-        flops = sum(e["flops"] for e in ref.events_of(r, "compute"))
+        compute = moe.ROUTER_FLOPS + moe.KEPT_ON[r] * moe.TOKEN_FLOPS  # the products
+        flops = sum(e["product_flops"] for e in ref.events_of(r, "compute"))
         print(f"  {r:>4} {moe.SENT_AWAY[r]:>3} {moe.RECEIVED[r]:>3} {moe.KEPT_ON[r]:>3} {formula:>20,} {wire:>11,} "
               f"{compute:>16,} {flops:>10,} {ref.busy_ticks(r):>6,} {sum(b for _, b in sent(padded, r).values()):>14,} "
               f"{padded.busy_ticks(r):>6,}")

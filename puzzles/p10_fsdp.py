@@ -1,4 +1,4 @@
-# Generated from solutions/p10_fsdp.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest e166f1fc3c50)
+# Generated from solutions/p10_fsdp.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 136a7bc17f9e)
 """Puzzle 10 — ZeRO-3 / FSDP: sharded weights, gathered just in time, with prefetch.
 
 The task: write `fsdp_step`, one data-parallel SGD step in which no rank ever holds the whole model. Each rank
@@ -15,12 +15,14 @@ one layer's weights W = 2·d·h·8 = 262,144 bytes, all of them 8Ψ = L·W = 1,0
     bytes the rank holds beyond its inputs are at most 2·W + (L + 2)·Act + 1,024 = 648,192 bytes, whatever
     tensors hold them (Act = b·(2d + 2h)·8 = 20,480 bytes, room for one block's activations and output: L blocks'
     worth, and two more for temporaries). One more layer's weights, W, would not fit.
-  - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 3,145,728 FLOPs, and at
-    least 3,014,656 (its own rows, with matmuls, nothing recomputed).
+  - compute, every op counted: each rank computes at most its share of the step, 3,402,496 FLOPs (the given
+    helpers' forward and backward on its own rows, the loss's gradient, its shards' update, and room for one
+    elementwise pass over the weights), and at least 3,014,656 FLOPs of matmuls (its own rows, nothing
+    recomputed).
   - communication: each rank sends exactly the ZeRO-3 volume, 3·(N-1)/N·8Ψ = 2,359,296 bytes (at most
     2,360,320: 1 KiB of room for scalars): 1.5 x data parallel's 2·(N-1)/N·8Ψ = 1,572,864.
-  - makespan: at most C + 2·A + T = 3,657 ticks (C = 3,072 ticks of compute, A = 216 ticks for one layer's
-    all-gather or reduce-scatter, T = 5% of C = 153).
+  - makespan: the communication left exposed, makespan - min(compute, 1.25·C), at most 2·A + T = 714 ticks
+    (C = 5,659 ticks of compute, A = 216 ticks for one layer's all-gather or reduce-scatter, T = 5% of C = 282).
 
 From ZeRO-2 to ZeRO-3. ZeRO-2 (puzzle 8) shards the optimizer state and the gradients, but every rank still
 holds every weight: the model must fit on one device. ZeRO-3 (Rajbhandari et al., 2020; PyTorch's FSDP) shards
@@ -47,12 +49,14 @@ the compute before it. The reduce-scatters run asynchronously too, behind the ne
               ^ the first gather: nothing to hide it behind      the last reduce-scatter: nothing either ^
     (gi: layer i's all-gather; rsi: its gradient's reduce-scatter; Fi, Bi: its forward and backward)
 
-One layer's forward is 4·b·d·h = 262,144 FLOPs = 256 ticks, its backward 512 ticks; a gather (or a
+One layer's forward takes 283 ticks, its backward 699 (two matmuls of 2·b·d·h = 131,072 FLOPs, 132 ticks each,
+and the elementwise work around them; the backward by hand below has a dozen elementwise ops); a gather (or a
 reduce-scatter) of one layer's W = 262,144 bytes costs (N-1)·alpha + (N-1)/N·W/1024 = 216 ticks, less than a
 forward, and a gather plus a reduce-scatter (432 ticks) less than a backward. So everything hides but the first
-gather and the last reduce-scatter: makespan C + 2·A = 3,072 + 432 = 3,504 ticks (C = 12·b·d·h·L/1024 = 3,072, the
-compute). Without prefetch every gather waits, in the backward behind the reduce-scatter queued before it on the
-communication stream: C + 12·A = 5,664 ticks.
+gather and the last reduce-scatter: 2·A = 432 ticks exposed, a makespan of C + 2·A = 5,659 + 432 = 6,091 ticks
+(C, the compute: the forward 1,132, the backward 2,796, and 1,731 for the loss's gradient, each layer's gradients
+copied into one flat buffer for its reduce-scatter, 260 ticks each, and the shards' update). Without prefetch
+every gather waits, in the backward behind the reduce-scatter queued before it: 12·A = 2,592 ticks exposed.
 
 Memory. At any moment a rank holds its shards (8Ψ/N), the layer it computes with, and the one being prefetched:
 two layers' full weights, 2·W = 524,288 bytes, whatever L. (PyTorch's FSDP does the same with its "backward
@@ -77,9 +81,10 @@ Write `fsdp_step(dist, shards, x, target, lr)`:
     gradient (`reduce_scatter_tensor` sums: divide by N), and update the shards in place: shard -= lr · gradient
     shard. lr = 0.05. Return nothing.
 
-The simulated machine: 1,024 FLOPs per tick; latency alpha = 8 ticks per ring step, 1,024 bytes per tick; an
-all-gather or reduce-scatter of n bytes (the full buffer) costs (N-1)·alpha + (N-1)/N·n/1024 ticks. Only matmuls
-cost FLOPs. The communication stream runs one op at a time, beside the compute stream; `wait()` joins them.
+The simulated machine: the puzzles' GPU (README, "The clock": every op costs max(FLOPs / 1,024, bytes / 2,048)
++ 4 ticks); latency alpha = 8 ticks per ring step, 1,024 bytes per tick; an all-gather or reduce-scatter of n
+bytes (the full buffer) costs (N-1)·alpha + (N-1)/N·n/1024 ticks. Collectives run one at a time on the
+communication queue, in the order the rank issued them, beside the compute stream; `wait()` joins them.
 
 Checks, in detail:
   - weights after the step: every rank's 4 shards against the serial SGD step (float64, tolerance 1e-8).
@@ -89,10 +94,12 @@ Checks, in detail:
   - forward memory: read off the ledger at each collective before the first reduce-scatter (or all-reduce) of a
     layer's gradient (at least W bytes; a smaller one does not end the forward): copies of the weights count,
     whatever made them.
-  - compute: as in puzzle 3 (FLOPs, only matmuls count; the backward of block 0 may skip its input gradient).
+  - compute: every op counted (the backward of block 0 may skip its input gradient). Copies of the gathered
+    weights (a list all-gather and a torch.cat, a .clone()) cost no FLOPs but their memory traffic on the clock.
   - communication: the bytes each rank sends, summed over every collective: fewer means a gather was skipped
     (weights kept from the forward: ZeRO-2), more means more was sent (an all-reduce of the gradients).
-  - makespan: prefetch is what makes it; the clock's rules are above.
+  - makespan: prefetch is what makes it; the clock's rules are above. Compute beyond 1.25·C = 7,073 ticks (8
+    copies of a gathered layer would take it there) hides no communication.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
     bytes, which its memory ledger could not see).
 

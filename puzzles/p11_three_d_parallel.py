@@ -1,4 +1,4 @@
-# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 5430219de288)
+# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 099b29022200)
 """Puzzle 11 — 3-D parallelism: data × pipeline × tensor.
 
 The task: one training step of a 4-block model on 8 ranks that use all three parallelisms at once, 2 data-parallel
@@ -8,7 +8,7 @@ puzzle 4 inside its tensor-parallel group, and averages its gradients with its d
 
 The budgets, per rank (derived below; W = 2,097,152 bytes is the whole model's weights):
   - weights 1/(p·t) of the model, W/(p·t) = 524,288 bytes: peak memory at most 1,626,112 bytes;
-  - compute exactly 1/8 of the serial step: m·3F = 6,291,456 FLOPs;
+  - compute, every op counted: its slices' share of the step, at most 6,646,824 FLOPs, at least 6,291,456 of matmuls;
   - bubble of GPipe with p = 2 stages and m = 4 microbatches: (p-1)/(m+p-1) = 1/5 = 20.0%, + 0.5 points = 20.5%;
   - every collective on the rank's tensor-parallel or data-parallel group, every send to its neighbouring stage:
     at most 33,792 bytes sent on the tensor-parallel group, at most 525,312 bytes on the data-parallel group.
@@ -70,10 +70,12 @@ Why the three fit together: the tensor-parallel pair holds one block's weights b
 either; each rank sends its own copy to the rank with its own columns on the next stage). Each pipeline of two
 pairs is one replica, and the replica's gradients are averaged across data-parallel ranks holding the same slice.
 
-The clock: CostModel(flops_per_tick=512, latency_ticks=0, bytes_per_tick=4096). One microbatch's forward through a
-stage, on one rank, is F = 2 blocks · 2 matmuls · 2·4·64·256 = 524,288 FLOPs = 1,024 ticks, its backward 2F; a
-[4, 64] activation (2,048 bytes) costs 1 tick to send and 1 tick to all-reduce over a pair; the gradients'
-all-reduce (524,288 bytes) 128 ticks.
+The clock: the puzzles' GPU (README, "The clock"), CostModel(latency_ticks=0, bytes_per_tick=4096). One
+microbatch's forward through a stage, on one rank, is F = 566 ticks (2 blocks, each 2 matmuls of 2·4·64·256 =
+131,072 FLOPs, 132 ticks each, a gelu over [4, 256] and the residual add over [4, 64]), its backward BW = 1,886
+ticks (the weight gradients added into w.grad, 100 ticks each, among them), the last stage's loss LF + LB = 63
+ticks more; a [4, 64] activation (2,048 bytes) costs 1 tick to send and 1 tick to all-reduce over a pair; the
+gradients' all-reduce (524,288 bytes) 128 ticks.
 
 Checks (sizes: 8 ranks = D 2 × p 2 × t 2; batch B = 32, 16 rows per replica, m = 4 microbatches of 4 rows; d = 64,
 h = 512, 256 columns per tensor-parallel rank; L = 4 blocks, 2 per stage):
@@ -97,14 +99,18 @@ h = 512, 256 columns per tensor-parallel rank; L = 4 blocks, 2 per stage):
     before autograd adds it into w.grad (d·(h/t)·8 = 131,072 bytes), 278,528 bytes; a flat bucket of the gradients
     for one all-reduce is W/(p·t) = 524,288 bytes; and A of slack. A rank that holds its stage's full weights (its
     partner's slices too, and their gradients) cannot fit.
-  - compute: each rank computes its stage's blocks with its own slices, each microbatch forward once and backward
-    once, exactly m·3F = 6,291,456 FLOPs = 12·B·d·h·L/8, its 1/8 of the serial step (only matmuls count: no less,
-    as products and sums of elements the FLOP count cannot see; no more, as full weights or recomputation).
-  - bubble: 1 - m·3F/T_pipe, where T_pipe is when the last backward ends on any rank (the gradients' all-reduce
-    that follows is data parallelism's cost, not the pipeline's), at most GPipe's (p-1)/(m+p-1) = 1/5 = 20.0% plus
-    0.5 points, 20.5%: a perfect 2-stage pipeline of 4 microbatches takes (m+p-1)·3F = 15,360 ticks. The formula
-    is exact when messages are free; here the 1-tick all-reduces and sends put a well-ordered schedule about 0.15
-    point above it. GPipe's order is the lesson, not a rule: 1F1B (puzzle 6) has the same bubble and passes too.
+  - compute, every op counted: each rank computes its stage's blocks with its own slices, each microbatch forward
+    once and backward once, at most m·(F + BW + LF + LB) + Ψ/(p·t) + m·mb·d = 6,646,824 FLOPs (F = 526,848 FLOPs,
+    BW = 1,116,672, the last stage's loss LF + LB = 1,546; room for one elementwise pass over the rank's
+    gradients, dividing them by D, and over each microbatch's gradient): no full weights, no recomputation. And at
+    least its products, 12·B·d·h·L/8 = 6,291,456 FLOPs of matmuls, its 1/8 of the serial step's: a product
+    written as elementwise multiplies and sums costs as many FLOPs, none of them products.
+  - bubble: 1 - W/T_pipe, where W = m·(F + BW + LF + LB) = 10,060 ticks is the last (busiest) stage's own work
+    and T_pipe is when the last backward ends on any rank (the gradients' all-reduce that follows is data
+    parallelism's cost, not the pipeline's), at most GPipe's (p-1)/(m+p-1) = 1/5 = 20.0% plus 0.5 points, 20.5%.
+    With free messages a perfect 2-stage pipeline of 4 microbatches takes (m+p-1)·(F + BW) + m·(LF + LB) = 12,512
+    ticks; here the 1-tick all-reduces and sends add a few. GPipe's order is the lesson, not a rule: 1F1B (puzzle
+    6) has the same bubble and passes too.
   - a deadlock, or ranks that meet in new_group or a collective with different arguments, is an error.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
     bytes, which its memory ledger could not see).

@@ -1,4 +1,4 @@
-# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest c9d45f67b55d)
+# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 8311eec6f4e5)
 """Puzzle 12 — Expert parallelism: a mixture of experts with all-to-all.
 
 The task: a mixture-of-experts layer on 4 ranks that hold 8 experts between them, 2 each. Every rank routes its
@@ -9,8 +9,10 @@ dropped.
 
 The budgets, per rank (derived below; one token's row is d·8 = 512 bytes):
   - expert weights: 1/N of all 8 experts', 2 experts of 131,072 bytes each: peak memory at most 675,840 bytes;
-  - compute: exactly the router on its own 16 tokens plus its 2 experts on the tokens it receives and keeps,
-      rank 0: 2,211,840 FLOPs   rank 1: 1,425,408   rank 2: 1,032,192   rank 3: 638,976;
+  - compute, every op counted: the router on its own 16 tokens plus its 2 experts on the tokens it receives and
+    keeps, at least these products and at most the budget beside them (gelu's work and the routing's on top),
+      products   rank 0: 2,211,840 FLOPs   rank 1: 1,425,408   rank 2: 1,032,192   rank 3: 638,976
+      at most    rank 0: 2,242,048 FLOPs   rank 1: 1,453,568   rank 2: 1,059,328   rank 3: 665,088;
   - communication: the tokens that leave their rank, out and back, in forward and again in backward, plus 1 KiB for
     the counts: rank 0: 24,576 bytes   rank 1: 20,480   rank 2: 20,480   rank 3: 18,432.
 
@@ -54,15 +56,15 @@ One step, on rank s:
 In backward the two all-to-alls run in reverse (the gradients of the results go to the experts' ranks, the
 gradients of the tokens come back): an all-to-all's backward is the all-to-all with its splits swapped.
 
-Load imbalance is on the clock. Rank 0 computes 22 tokens, rank 3 only 6: rank 0's experts take 22·96 = 2,112
-ticks of forward and backward, rank 3's 576, and every rank waits for rank 0 in the all-to-all that brings the
-results back:
+Load imbalance is on the clock. Rank 0 computes 22 tokens, rank 3 only 6: rank 0's compute takes 2,781 ticks,
+rank 3's 1,243 (the router's and the routing's work is the same on every rank), and every rank waits for rank 0 in
+the all-to-all that brings the results back:
 
     compute    rank 0  |router|================ experts: 22 tokens ================|
                rank 3  |router|== 6 tokens ==|.......... waits for rank 0 ...........|
                                                                                     ^ combine (all ranks)
 
-The whole step takes 2,225 ticks: rank 0's 2,160 of compute and the all-to-alls. (Padding every rank's share of
+The whole step takes 2,846 ticks: rank 0's 2,781 of compute and the all-to-alls. (Padding every rank's share of
 every expert to C rows, as fixed-size buffers do, would balance the ranks by computing padding: 24 rows each, a
 longer step, and more bytes. This puzzle sends and computes the tokens only.)
 
@@ -79,9 +81,9 @@ Write two things:
         `backward()`: the experts' gradients then hold every rank's tokens' contributions (they came through the
         all-to-alls), and the router's gradient on each rank its own tokens'.
 
-The clock: CostModel(flops_per_tick=1024, latency_ticks=0, bytes_per_tick=512): a token through an expert, forward
-and backward, is 12·d·h = 98,304 FLOPs = 96 ticks; a token's row (512 bytes) 1 tick on the wire; an all-to-all
-takes as long as its busiest rank's rows.
+The clock: the puzzles' GPU (README, "The clock"), CostModel(latency_ticks=0, bytes_per_tick=512): a token
+through an expert, forward and backward, is 12·d·h + 2·h = 98,560 FLOPs, about 96 ticks of matmuls and a few of
+gelu; a token's row (512 bytes) 1 tick on the wire; an all-to-all takes as long as its busiest rank's rows.
 
 Checks (sizes: N = 4 ranks, E = 8 experts, 2 per rank; n = 16 tokens per rank; d = 64, h = 128; capacity factor
 1.5, C = 3; W_E = 2·d·h·8 = 131,072 bytes per expert, all 8 experts 1,048,576 bytes of weights):
@@ -89,12 +91,15 @@ Checks (sizes: N = 4 ranks, E = 8 experts, 2 per rank; n = 16 tokens per rank; d
   - input gradient: x.grad on every rank equals the serial one.
   - router gradient: router.grad on every rank equals the serial gradient of that rank's loss.
   - expert gradients: every rank's experts' gradients equal the serial ones (all ranks' tokens included).
-  - expert compute: each rank computes exactly the router's matmuls on its own tokens, 6·n·d·E = 49,152 FLOPs
-    (forward, and the two matmuls of its backward), plus 12·d·h = 98,304 FLOPs per token it keeps for its experts,
-    K·12·d·h: rank 0: 49,152 + 22·98,304 = 2,211,840 FLOPs; rank 1: 1,425,408; rank 2: 1,032,192; rank 3: 638,976.
-    No more: a rank that runs experts on padding, on dropped tokens, or on every token, or that dispatches with
-    matrix products of one-hot masks (which the FLOP count sees), is over; no less: products and sums of elements,
-    which the FLOP count cannot see, are not allowed.
+  - expert compute, every op counted: each rank computes the router's matmuls on its own tokens, 6·n·d·E = 49,152
+    FLOPs (forward, and the two matmuls of its backward), plus 12·d·h + 2·h = 98,560 FLOPs per token it keeps for
+    its experts (6 matmuls and gelu both ways), plus 12·d·h/4 = 24,576 FLOPs of room for the routing's elementwise
+    work (softmax, top-1, positions, the gate's multiply, whatever way they are written): 6·n·d·E + K·(12·d·h + 2·h)
+    + 12·d·h/4, rank 0: 49,152 + 22·98,560 + 24,576 = 2,242,048 FLOPs; rank 1: 1,453,568; rank 2: 1,059,328;
+    rank 3: 665,088. And at least the products, 6·n·d·E + K·12·d·h of matmuls: rank 0: 2,211,840; rank 1:
+    1,425,408; rank 2: 1,032,192; rank 3: 638,976. No more: a rank that runs experts on padding, on dropped
+    tokens, or on every token, or that dispatches with matrix products of one-hot masks, is over; no fewer
+    products: a product written as elementwise multiplies and sums costs as many FLOPs, none of them products.
   - communication: the bytes each rank sends, over every collective and send (an all-to-all's wire bytes are what
     leaves the rank: the rows it keeps for itself are not sent), at most the tokens that leave it and the results
     it returns, in forward and again in backward, plus 1 KiB for the counts: 2·(S + R)·d·8 + 1 KiB, rank 0:

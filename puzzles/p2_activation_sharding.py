@@ -1,4 +1,4 @@
-# Generated from solutions/p2_activation_sharding.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ec13e2101967)
+# Generated from solutions/p2_activation_sharding.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest a7349dbe38c8)
 """Puzzle 2 — Activation sharding.
 
 The four ranks of a tensor-parallel group all compute the same stack on the same batch (each holds a slice of
@@ -59,10 +59,10 @@ C = B·d·8 = 65,536 bytes is one whole [B, d] activation):
       A = B·(d + 2·h)·8 = 589,824 bytes     what autograd saves for one block
       k·A                                   one segment's recomputed activations
       2·B·h·8 = 524,288 bytes               the backward's temporaries
-  - compute per rank: at most puzzle 1's, the serial forward and backward plus one more forward, 4·L·F =
-    268,435,456 FLOPs (F = 4·B·d·h = 4,194,304 FLOPs a block's forward; only matmuls count). Rebuilding the
-    checkpoints from x instead of gathering them goes over it. And at least the serial forward and backward,
-    3·L·F = 201,326,592 FLOPs (matrix products written as products and sums of elements are not allowed).
+  - compute per rank, every op counted: at most puzzle 1's, the serial forward and backward plus one more forward,
+    L·(2F + BK) + L·B·d = 270,532,608 FLOPs (F = 4·B·d·h + B·h + B·d = 4,235,264 a block's forward, BK =
+    8·B·d·h + B·h + B·d = 8,429,568 its backward). Rebuilding the checkpoints from x instead of gathering them goes
+    over it. And at least the serial forward's and backward's products, 3·L·4·B·d·h = 201,326,592 FLOPs of matmuls.
   - memory is what your tensors hold: keep everything as torch tensors (the grader refuses a tensor turned into
     a numpy array, a Python list or bytes, which its ledger could not see).
 

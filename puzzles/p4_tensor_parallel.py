@@ -1,4 +1,4 @@
-# Generated from solutions/p4_tensor_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ef52f8a60764)
+# Generated from solutions/p4_tensor_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest bd57e00cc180)
 """Puzzle 4 — Tensor parallel (the Megatron MLP).
 
 Data parallelism copies every weight onto every rank. When the weights themselves are too big for one device,
@@ -43,10 +43,12 @@ Checks (sizes: 4 ranks, batch B=32, d=64, h=512, L=3 blocks; W = 2·L·d·h·8 =
   - input gradient: x.grad on every rank equals the serial one.
   - weight gradients: rank r's w1_r.grad and w2_r.grad equal the matching slices of the serial w1.grad
     (columns) and w2.grad (rows).
-  - compute: each rank computes at most its 1/N share of the serial MLP, 12·B·d·h·L/N = 9,437,184 FLOPs (per
-    block 2 forward and 4 backward matmuls of 2·B·d·h FLOPs, split N ways; only matmuls count): it multiplies
-    its own shards, never the full weights. No less either: matrix products written as products and sums of
-    elements, which the FLOP count cannot see, are not allowed.
+  - compute, every op counted on the simulated GPU (README, "The clock"): each rank computes its 1/N share of the
+    MLP and the [B, d] work that every rank repeats, 9,480,224 FLOPs (per block 2 forward and 4 backward matmuls
+    of 2·B·d·h/N, gelu on its [B, h/N] slice and gelu's backward, the residual add and the two input gradients'
+    add on [B, d]; the loss's backward), plus L·B·d = 6,144 for bookkeeping: at most 9,486,368 FLOPs. It
+    multiplies its own shards, never the full weights. And at least its products, 12·B·d·h·L/N = 9,437,184 FLOPs
+    of matmuls: a product written as elementwise multiplies and sums costs as many FLOPs, none of them products.
   - forward communication: the bytes each rank sends outside backward, summed over every collective (ring
     algorithm), at most one all-reduce of a [B, d] activation per block, L·2(N-1)/N·B·d·8 = 73,728 bytes (g's).
   - backward communication: the same during backward, at most 73,728 bytes (f's).

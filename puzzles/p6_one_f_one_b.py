@@ -1,4 +1,4 @@
-# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest ececdc48b5f7)
+# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 0d85e0dd7a85)
 """Puzzle 6 — Pipeline parallel, one forward one backward (1F1B).
 
 GPipe (puzzle 5) runs every forward before any backward, so rank 0 keeps the activations of all m microbatches
@@ -7,11 +7,11 @@ can come back as soon as microbatch 0 has been through the last stage. 1F1B star
 that: rank r runs p-1-r *warm-up* forwards, then alternates one forward and one backward (the *steady state*),
 then runs the backwards left over (the *cool-down*). Rank 0 never holds more than p microbatches, whatever m:
 
-    time -->  (Fi: microbatch i's forward through one stage, F ticks; Bi==: its backward, 2F; .: idle, F/2)
-    rank 0  F0F1F2F3............B0==F4B1==F5B2==F6B3==F7B4==..B5==..B6==..B7==
-    rank 1  ..F0F1F2........B0==F3B1==F4B2==F5B3==F6B4==F7B5==..B6==..B7==....
-    rank 2  ....F0F1....B0==F2B1==F3B2==F4B3==F5B4==F6B5==F7B6==..B7==........
-    rank 3  ......F0B0==F1B1==F2B2==F3B3==F4B4==F5B5==F6B6==F7B7==............
+    time -->  (Fi: microbatch i's forward through one stage, F; Bi===: its backward, BW, about 2.7F; .: idle)
+    rank 0  F0F1F2F3...............B0===F4B1===F5B2===F6B3===F7B4===..B5===..B6===..B7===
+    rank 1  ..F0F1F2..........B0===F3B1===F4B2===F5B3===F6B4===F7B5===..B6===..B7===.....
+    rank 2  ....F0F1.....B0===F2B1===F3B2===F4B3===F5B4===F6B5===F7B6===..B7===..........
+    rank 3  ......F0B0===F1B1===F2B2===F3B3===F4B4===F5B5===F6B6===F7B7===...............
             warm-up: 3, 2, 1, 0 forwards; then F, B, F, B, ...; cool-down: the last 3, 2, 1, 0 backwards
 
 The makespan and the bubble, (p-1)/(m+p-1) = 3/11 = 27.3%, are GPipe's: 1F1B buys memory, not time.
@@ -34,17 +34,19 @@ Write `one_f_one_b_step(dist, layers, x, target, n_micro, micro_shape)`, with pu
   loss is `loss_fn(y, target_i) / n_micro`), and return the gradient of the loss with respect to this stage's
   input for the whole batch ([64, 64], microbatch i in rows 8i to 8i+7; on rank 0, dL/dx).
 
-The clock (puzzle 5's cost model): CostModel(flops_per_tick=1024, latency_ticks=0, bytes_per_tick=4096): one
-stage's forward of one microbatch is F = 1,024 ticks, its backward 2F = 2,048 ticks, a message 1 tick.
+The clock (puzzle 5's: the puzzles' GPU, CostModel(latency_ticks=0, bytes_per_tick=4096)): one stage's forward
+of one microbatch is F = 1,100 ticks, its backward BW = 2,940 ticks, the last stage's loss LF + LB = 75 ticks more,
+a message 1 tick.
 
 Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
   - stage gradients and input gradients: equal to the serial reference, as in puzzle 5.
-  - stage compute: each rank's own blocks, each microbatch forward once and backward once, at most
-    m·3F = 25,165,824 FLOPs (F = 1,048,576 FLOPs, only matmuls count, and no less), as in puzzle 5: no
-    recomputation.
-  - bubble: 1 - m·3F/makespan at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5.
+  - stage compute: each rank's own blocks, each microbatch forward once and backward once, every op counted, at
+    most m·(F + BW + LF + LB) + m·mb·d = 25,800,848 FLOPs (F = 1,053,696, BW = 2,167,808), and at least
+    25,165,824 FLOPs of matmuls, as in puzzle 5: no recomputation.
+  - bubble: 1 - W/makespan, W = m·(F + BW + LF + LB) = 32,920 ticks the last stage's own work, at most
+    (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5.
   - 1F1B schedule: on every rank, the microbatches it holds (forwards begun minus backwards done, read off the
-    FLOPs it computed: a forward of F outside backward, a backward of 2F inside it) never exceed p - rank: 4 on
+    FLOPs it computed: a forward of F outside backward, a backward of BW inside it) never exceed p - rank: 4 on
     rank 0, 3 on rank 1, 2 on rank 2, 1 on rank 3. The order of your code does not matter; what ran does. GPipe's
     order holds m = 8, and so does GPipe's order with recomputation.
   - stage-0 activation memory: rank 0's peak memory less its weights, their gradients, x and the returned dL/dx

@@ -1,4 +1,4 @@
-# Generated from solutions/p8_zero.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 06b468501e6b)
+# Generated from solutions/p8_zero.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 451412c9c922)
 """Puzzle 8 — ZeRO: sharding the optimizer state.
 
 Data parallel (puzzle 3) keeps a full copy of everything on every rank. With Adam that is expensive: besides
@@ -57,8 +57,9 @@ Checks (sizes: N = 4 ranks, batch 32 per step, d=32, h=64, L=2 blocks, so Ψ = 2
     reads the dtype of every tensor your optimizer keeps (moments kept in float32 move the weights by only about
     1e-9 after three steps, inside the weights' tolerance, so this check is what sees them).
 
-The simulated machine (stated for the timeline; no time budget here): 1,024 FLOPs per tick, latency alpha = 8
-ticks per ring step, 512 bytes per tick; a reduce-scatter or all-gather of n bytes (the full buffer) costs
+The simulated machine (stated for the timeline; no time budget here): the puzzles' GPU (README, "The clock":
+every op, Adam's elementwise ones included, costs max(FLOPs / 1,024, bytes / 2,048) + 4 ticks: an optimizer step
+is bound by memory), latency alpha = 8 ticks per ring step, 512 bytes per tick; a reduce-scatter or all-gather of n bytes (the full buffer) costs
 (N-1)·alpha + (N-1)/N·n/512 ticks: 120 ticks for the 65,536 bytes of flat gradients or weights.
 
 Hints:

@@ -19,11 +19,14 @@ Write `data_parallel_step(dist, x_shard, target_shard, layers, lr)`:
 
 Checks (sizes: 4 ranks, batch B = 32 so b = 8 rows per rank, d=64, h=256, L = 4 blocks):
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
-  - compute: each rank computes at most its 1/N share of the serial step, 12·b·d·h·L = 6,291,456 FLOPs: per
-    block, 2 forward and 4 backward matmuls of 2·b·d·h FLOPs on its own rows (only matmuls count). Running the
-    whole batch on every rank is 4 times that. And at least 6,029,312 FLOPs, the same without the batch's own
-    gradient (which nobody needs): matrix products written as products and sums of elements, which the FLOP
-    count cannot see, are not allowed.
+  - compute, every op counted on the simulated GPU (README, "The clock"): each rank computes at most its forward
+    and backward on its own rows, FB = 6,052,368 FLOPs, 1/N of the serial step's (per block 2 forward and 4
+    backward matmuls of 2·b·d·h, gelu and the residual add and their backward; the loss on its rows), plus the
+    update of every weight, 3Ψ = 393,216 FLOPs (Ψ = 2·L·d·h weights, each averaged, scaled by lr and subtracted:
+    every rank updates all of them): FB + 3Ψ = 6,445,584 FLOPs. Running the whole batch on every rank is about 4
+    times that. And at least 6,029,312 FLOPs of matrix products, its rows' matmuls without the batch's own
+    gradient (which nobody needs): a product written as elementwise multiplies and sums costs as many FLOPs, none
+    of them products.
   - communication: the bytes each rank sends, summed over every collective (ring algorithm), at most those of an
     all-reduce of every gradient, 2(N-1)/N·G + 1,024 = 1,573,888 bytes, where G = 2·L·d·h·8 = 1,048,576 bytes
     are the gradients and 1 KiB is room for scalars such as a logged loss. One all-reduce per gradient, or flat

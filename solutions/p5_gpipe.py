@@ -8,11 +8,11 @@ Run the whole batch through at once and only one rank is ever busy: the others w
 idles (p-1)/p of the time (75% here). GPipe cuts the batch into m = 8 *microbatches* and streams them, so that
 rank 1 works on microbatch 0 while rank 0 already works on microbatch 1. All forwards first, then all backwards:
 
-    time -->  (Fi: microbatch i's forward through one stage, F ticks; Bi==: its backward, 2F; .: idle, F/2)
-    rank 0  F0F1F2F3F4F5F6F7..................B7==B6==B5==B4==B3==B2==B1==B0==
-    rank 1  ..F0F1F2F3F4F5F6F7............B7==B6==B5==B4==B3==B2==B1==B0==....
-    rank 2  ....F0F1F2F3F4F5F6F7......B7==B6==B5==B4==B3==B2==B1==B0==........
-    rank 3  ......F0F1F2F3F4F5F6F7B7==B6==B5==B4==B3==B2==B1==B0==............
+    time -->  (Fi: microbatch i's forward through one stage, F; Bi===: its backward, BW, about 2.7F; .: idle)
+    rank 0  F0F1F2F3F4F5F6F7.....................B7===B6===B5===B4===B3===B2===B1===B0===
+    rank 1  ..F0F1F2F3F4F5F6F7..............B7===B6===B5===B4===B3===B2===B1===B0===.....
+    rank 2  ....F0F1F2F3F4F5F6F7.......B7===B6===B5===B4===B3===B2===B1===B0===..........
+    rank 3  ......F0F1F2F3F4F5F6F7B7===B6===B5===B4===B3===B2===B1===B0===...............
 
 Each rank still idles while the pipeline fills and drains: p-1 of the m+p-1 slots of the forward pass, and again
 of the backward pass, so the bubble is (p-1)/(m+p-1) = 3/11 = 27.3%: more microbatches, smaller bubble.
@@ -30,27 +30,33 @@ Write `gpipe_step(dist, layers, x, target, n_micro, micro_shape)`, run by every 
   (they start as zeros; backward adds into them, so they accumulate over the microbatches), and return the
   gradient of the loss with respect to this stage's input for the whole batch ([64, 64], microbatch i in rows 8i
   to 8i+7). On rank 0 that is dL/dx, what a layer before the pipeline (an embedding, in a language model) would
-  need; computing it also makes every stage's backward cost the same, 2F.
+  need; computing it also makes every stage's backward cost the same, BW.
 
-The clock (the cost model of this puzzle): CostModel(flops_per_tick=1024, latency_ticks=0, bytes_per_tick=4096).
-Only matrix products cost time, so one stage's forward of one microbatch is F = 1,024 ticks (4 matmuls of
-2·8·64·256 FLOPs), its backward 2F = 2,048 ticks, and a message of one microbatch's activations (8·64·8 = 4,096
-bytes) costs 1 tick, about 0.1% of F.
+The clock (README, "The clock"): the puzzles' GPU, where every op costs its roofline time, max(FLOPs / 1,024,
+bytes / 2,048) + 4 ticks, and messages with no latency and 4,096 bytes a tick (CostModel(latency_ticks=0,
+bytes_per_tick=4096)). One stage's forward of one microbatch is F = 1,100 ticks: 4 matmuls of 2·8·64·256 FLOPs
+(260 ticks each), 2 gelus over [8, 256] (20 each) and 2 residual adds over [8, 64] (10 each), both bound by
+memory. Its backward is BW = 2,940 ticks: 8 matmuls, the gelus' backward and the adds of input gradients, and the
+4 weight gradients added into w.grad, 196 ticks each (reading two [64, 256] matrices and writing one takes as long
+as a matmul of these sizes). The last stage's loss costs LF = 35 ticks forward and LB = 40 backward, and a message
+of one microbatch's activations (8·64·8 = 4,096 bytes) 1 tick.
 
 Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2 per stage):
   - stage gradients: every rank's w.grad equal the serial full-batch gradients of its blocks.
   - input gradients: every rank returns dL/d(its stage input), equal to the serial reference.
-  - stage compute: each rank computes its own blocks only, each microbatch forward once and backward once:
-    at most m·3F = 25,165,824 FLOPs, where F = 2·2·(2·8·64·256) = 1,048,576 FLOPs is one stage's forward of one
-    microbatch, 1,024 ticks (only matmuls count; a backward is 2F). No recomputation, and no running another
-    stage's blocks. No less either: matrix products written as products and sums of elements, which the FLOP
-    count cannot see, are not allowed.
-  - bubble: 1 - m·3F/makespan, the share of the step's makespan (on the simulated clock) that a stage's own
-    work, m forwards and m backwards, leaves idle, at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points =
-    27.8%. A perfect pipeline takes (m+p-1)·3F = 33,792 ticks, so this is a budget on the makespan: about
-    34,025 ticks. The formula is exact for stages of equal cost and free messages; here each message costs 1
-    tick, which puts a well-ordered schedule about 0.1 point above it. The whole batch as one microbatch idles
-    (p-1)/p = 75%.
+  - stage compute, every op counted: each rank computes its own blocks only, each microbatch forward once and
+    backward once, at most m·(F + BW + LF + LB) + m·mb·d = 25,800,848 FLOPs, where F = 1,053,696 FLOPs is one
+    stage's forward of one microbatch (4 matmuls of 2·8·64·256, 2 gelus over 8·256, 2 adds over 8·64), BW =
+    2,167,808 FLOPs its backward (8 matmuls, gelu's backward and the input gradients' adds, the 4 weight gradients
+    accumulated into w.grad, 64·256 each), LF + LB = 3,090 FLOPs the last stage's loss, and m·mb·d = 4,096 room for
+    bookkeeping. No recomputation, and no running another stage's blocks. And at least the stage's products,
+    m·6·2·(2·8·64·256) = 25,165,824 FLOPs of matmuls: a product written as elementwise multiplies and sums costs as
+    many FLOPs, none of them products, and four times the time.
+  - bubble: 1 - W/makespan, where W = m·(F + BW + LF + LB) = 32,920 ticks is the last stage's own work (the
+    busiest stage: it computes the loss too), at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, a
+    budget on the makespan of about 45,578 ticks. With free messages a perfect schedule takes exactly
+    (m+p-1)·(F + BW) + m·(LF + LB) = 45,040 ticks (and 36 more to return dL/d(input)); here each message costs 1
+    tick. The whole batch as one microbatch idles (p-1)/p = 75%.
   - GPipe's order is the lesson, not a rule: any order of the forwards and backwards that meets these checks
     passes (puzzle 6's 1F1B does too).
   - a deadlock is an error, reported with what each rank waits for (a blocking send here waits for the matching

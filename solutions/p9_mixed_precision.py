@@ -78,8 +78,9 @@ What the grader runs, 6 times, one batch each (x: float16 [32, 32], target: floa
 Adam's constants: lr = 0.001, betas = (0.9, 0.999), eps = 1e-8; loss scale: init_scale = 1,024, growth factor 2,
 backoff factor 0.5, growth_interval = 2 (GradScaler's defaults, but for the initial scale and the interval).
 
-The simulated machine: 1,024 FLOPs per tick, and float16 matmuls twice as fast as float32 ones
-(half_precision_speedup = 2, a GPU's tensor cores in small). No time budget here: the clock is for the chart.
+The simulated machine: the puzzles' GPU (README, "The clock"): every op costs max(FLOPs / 1,024, bytes / 2,048)
++ 4 ticks, and float16 arithmetic is twice as fast (a GPU's tensor cores in small) on half the bytes. No time
+budget here: the clock is for the chart.
 
 Checks, in detail:
   - weights after each step. The reference is torch's own code: torch.optim.Adam on the float32 masters, with

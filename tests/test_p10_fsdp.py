@@ -28,7 +28,21 @@ def test_the_reference_meets_the_zero3_formulas_exactly():
         held = obs.results[r]["held"]
         assert max(h["gathered"] for h in held) == p10.SHARDS + 2 * p10.W == 786432
         assert sum(b for _, b in sent(obs, r).values()) == p10.ZERO3_BYTES == 3 * p10.DATA_PARALLEL_BYTES // 2
-    assert obs.makespan == p10.compute_ticks() + 2 * p10.gather_ticks() == 3072 + 432
+    assert [obs.busy_ticks(r) for r in range(p10.N)] == [p10.compute_ticks()] * p10.N
+    assert obs.makespan == p10.compute_ticks() + 2 * p10.gather_ticks() == 5659 + 432
+
+
+def test_the_budgets_count_the_helpers_the_puzzle_gives():
+    """The spec measures its compute on copies of forward_keeping_activations and backward_from_activations: they
+    must be the puzzle's own, line for line."""
+    import ast
+    import inspect
+
+    solution = load_module(REPO / "solutions" / SPEC.filename)
+    for given, counted in ((solution.forward_keeping_activations, p10._layer_forward),
+                           (solution.backward_from_activations, p10._layer_backward)):
+        body = [ast.dump(node) for node in ast.parse(inspect.getsource(given)).body[0].body[1:]]
+        assert body == [ast.dump(node) for node in ast.parse(inspect.getsource(counted)).body[0].body[1:]], given
 
 
 def test_the_given_block_backward_is_autograds():

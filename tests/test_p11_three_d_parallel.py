@@ -12,7 +12,6 @@ returned groups or values are odd.
 """
 
 import copy
-from fractions import Fraction
 
 import pytest
 
@@ -25,6 +24,7 @@ from grader.core.spec import Observation
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 from grader.specs import three_d_layout as layout
+from grader.specs.costs import copy as copy_cost
 from grader.specs.three_d_groups import allowed_groups, groups_check, neighbours
 from puzzles.sim import CostModel
 
@@ -96,17 +96,24 @@ def reference(cost=None):
     return observe(spec, load_module(REPO / "solutions" / SPEC.filename), SPEC.make_inputs(0), 0)
 
 
-def test_with_free_messages_the_bubble_is_the_formula_exactly():
-    obs = reference(CostModel(flops_per_tick=SPEC.cost.flops_per_tick, latency_ticks=0, bytes_per_tick=None))
-    span = max(e["end"] for e in obs.events if e["stream"] == "compute" and e["flops"])
-    assert span == (layout.M + layout.P - 1) * 3 * layout.F_TICKS == 15_360
-    assert 1 - Fraction(layout.M * 3 * layout.F_TICKS, span) == Fraction(layout.P - 1, layout.M + layout.P - 1)
+def test_with_free_messages_the_pipeline_takes_the_formula_exactly():
+    obs = reference(CostModel(latency_ticks=0, bytes_per_tick=None))
+    span = max(e["end"] for e in obs.events_of(stream="compute", kind="backward"))
+    # the reference's g copies its [mb, d] input before all-reducing it in place, and f its gradient: 2 copies per
+    # block per microbatch, one each way, beside F and BW
+    copies = 2 * layout.PER * copy_cost(layout.COST, layout.MB * layout.DIM).ticks
+    pipeline = (layout.M + layout.P - 1) * ((layout.FORWARD + layout.BACKWARD).ticks + copies)
+    loss = layout.M * (layout.LOSS_FORWARD + layout.LOSS_BACKWARD).ticks
+    assert span == pipeline + loss == 12_632
 
 
 def test_every_rank_computes_and_sends_exactly_the_formulas():
     obs = reference()
     for r in range(layout.WORLD):
-        assert sum(e["flops"] for e in obs.events_of(r, "compute")) == layout.SHARE_FLOPS == 6_291_456
+        stage = layout.STAGE_WORK[layout.coords(r)[0]]
+        averaged = layout.W_RANK // layout.F64  # the gradients divided by D after their all-reduce
+        assert sum(e["flops"] for e in obs.events_of(r, "compute")) == stage.flops + averaged
+        assert sum(e["product_flops"] for e in obs.events_of(r, "compute")) == layout.PRODUCTS == 6_291_456
         assert sum(b for _, b in sent_on_group(obs, r, layout.tp_ranks(r)).values()) == layout.TP_BYTES == 32_768
         assert sum(b for _, b in sent_on_group(obs, r, layout.dp_ranks(r)).values()) == layout.DP_BYTES == 524_288
     assert not off_group(obs, allowed_groups, neighbours)

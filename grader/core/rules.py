@@ -86,8 +86,25 @@ def compute_check(obs: Observation, budget: Budget, diagnose=None, name: str = "
     elif short:
         diagnosis = products_short(obs, r, least)
     else:
-        diagnosis = safe_diagnosis(diagnose, r, fwd, bwd) if diagnose else ""
+        diagnosis = (elementwise_products(who, per_rank[r], products[r], budget.value, least)
+                     or (safe_diagnosis(diagnose, r, fwd, bwd) if diagnose else ""))
     return Check(name, ok, message, measured=per_rank[r], budget=budget, diagnosis=diagnosis)
+
+
+def elementwise_products(who: str, total: int, products: int, budget: int, least: int) -> str:
+    """Over the ceiling with at least half its products' worth of FLOPs again in elementwise ops and reductions,
+    beyond what the budget leaves them: products written as elementwise multiplies and sums, the only work that
+    size (a budget's elementwise share is a few percent of its products). Matmuls on top that meet the floor are
+    padding."""
+    other, allowed = total - products, budget - least
+    if least <= 0 or other - allowed < least // 2:
+        return ""
+    padding = (f", and {products:,} FLOPs of matmuls besides, all the floor asks for: the work done twice, once "
+               f"out of elements and once in matmuls (padding to meet the floor?)" if products >= least else "")
+    return (f"{who} computed {other:,} FLOPs in elementwise ops and reductions where its share needs about "
+            f"{allowed:,}: {(other - allowed) / least:.1f}x its products' worth again, the size of products written "
+            f"as elementwise multiplies and sums (a broadcast multiply, then sum){padding}. Every op counts: use "
+            f"matmuls (@), once")
 
 
 # ---- overlap: communication hidden behind compute

@@ -48,6 +48,16 @@ def cmd_check(args) -> int:
 
         written = [p for r in results if r.figures for p in plots.write_plots(r, args.plots)]
         print(f"wrote {len(written)} plots to {args.plots}", file=sys.stderr)
+    if args.trace or args.schedule:
+        from . import timeline
+
+        if args.schedule:
+            for r in results:
+                if r.figures:
+                    print("\n" + timeline.schedule_text(r))
+        if args.trace:
+            for path in timeline.write_traces(results, args.trace):
+                print(f"wrote {path}: open it at https://ui.perfetto.dev (or chrome://tracing)", file=sys.stderr)
     return 1 if any(r.status not in (PASS, NOT_ATTEMPTED) for r in results) else 0
 
 
@@ -199,6 +209,9 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--figures", action="store_true", help="with --json: include the data behind the plots")
     check.add_argument("--verbose", "-v", action="store_true", help="show passing checks too")
     check.add_argument("--plots", metavar="DIR", help="write each puzzle's memory and schedule plots here (PNG)")
+    check.add_argument("--trace", metavar="FILE.json", help="write the run's timeline as Chrome trace-event JSON, for "
+                       "Perfetto (ui.perfetto.dev) or chrome://tracing (several puzzles: FILE-p3.json, ...)")
+    check.add_argument("--schedule", action="store_true", help="print each rank's timeline as a text grid")
     check.add_argument("--backend", choices=("sim", "torch"), default="sim",
                        help="sim: the simulator (default); torch: real processes on torch.distributed, one per rank")
     check.add_argument("--world-size", type=int, help="with --backend torch: grade only the puzzles written for "

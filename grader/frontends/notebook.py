@@ -22,10 +22,12 @@ from . import guards
 from .notebooks.cells import rewrite_result
 
 
-def check(puzzle_id: str, namespace: dict, seed: int | None = None, plots: bool = True) -> None:
+def check(puzzle_id: str, namespace: dict, seed: int | None = None, plots: bool = True, trace: str | None = None,
+          schedule: bool = False) -> None:
     """The notebook's check cell: grade the functions the puzzle's cell defined, and show the result. Each
     simulated rank gets its own copy of the notebook's globals, the closest a notebook comes to each real process
-    importing its own module (learner_code.namespace_copy_for_rank says what is copied)."""
+    importing its own module (learner_code.namespace_copy_for_rank says what is copied). `trace="p3.json"` also
+    writes the run as Chrome trace-event JSON (open it in Perfetto); `schedule=True` prints it as a text grid."""
     spec = SPECS[puzzle_id]
     seed = fresh_seed() if seed is None else seed
     missing = [e for e in spec.entries if e not in namespace]
@@ -46,6 +48,14 @@ def check(puzzle_id: str, namespace: dict, seed: int | None = None, plots: bool 
     cells = cell_names(namespace)
     result = guards.advise(rewrite_result(result, lambda text: _rename(text, cells)))
     _display(result, seed, plots)
+    if (trace or schedule) and result.figures:
+        from . import timeline
+
+        if schedule:
+            print(timeline.schedule_text(result))
+        if trace:
+            for path in timeline.write_traces([result], trace):
+                print(f"wrote {path}: open it at https://ui.perfetto.dev (or chrome://tracing)")
 
 
 def cell_names(namespace: dict) -> dict[str, str]:

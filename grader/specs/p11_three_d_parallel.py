@@ -21,7 +21,7 @@ from ..core.rules import (BOOKKEEPING_BYTES, compute_check, flops, group_communi
                           sized_like, work_sequence)
 from ..core.spec import Observation, PuzzleSpec, pair_at
 from .three_d_groups import diagnose_dp_bytes, diagnose_tp_bytes, groups_check
-from .three_d_layout import (ACT, ALLOWANCE, BACKWARD, BR, COST, D, DIM, DP_BYTES, FORWARD, HS, LOSS_BACKWARD,
+from .three_d_layout import (ACT, BACKWARD, BR, COST, D, DIM, DP_BYTES, FORWARD, HS, LOSS_BACKWARD,
                              LOSS_FORWARD, M, MB, PER, PRODUCTS, SHARE_FLOPS, STAGE_WORK,
                              TP_BYTES, W_RANK, WORLD, B, H, L, P, T, coords, detached, dp_ranks, groups_of, rows,
                              serial, shard, sliced, tp_ranks)

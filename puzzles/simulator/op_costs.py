@@ -116,6 +116,10 @@ _ACCUMULATE = _packets("index_add", "index_add_", "scatter_add", "scatter_add_",
                        "embedding_bag", "embedding_dense_backward", "_embedding_bag_backward",
                        "_embedding_bag_dense_backward", "segment_reduce", "_segment_reduce_backward", "bincount",
                        "histc", "index_copy", "index_copy_")
+# Random numbers: one FLOP per number drawn (a generator step), as an elementwise op.
+_RANDOM = _packets("randn", "rand", "randint", "randperm", "normal", "normal_", "uniform_", "bernoulli",
+                   "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_", "random_", "multinomial",
+                   "native_dropout", "rand_like", "randn_like", "randint_like")
 # The fused optimizer kernels, per parameter element (Adam: about 15 elementwise ops; SGD with momentum: 4).
 _FUSED_OPTIMIZERS = {p: n for names, n in ((("_fused_adam", "_fused_adam_", "_fused_adamw", "_fused_adamw_"), 15),
                                            (("_fused_sgd", "_fused_sgd_"), 4), (("_fused_adagrad", "_fused_adagrad_"), 6))
@@ -217,6 +221,8 @@ def _flops(func, packet, args, kwargs, out, inputs, outputs) -> tuple[int, str]:
         return max((_numel(t) for t in inputs[1:]), default=0) or in_largest, "reduction"
     if packet in _FUSED_OPTIMIZERS:
         return _FUSED_OPTIMIZERS[packet] * sum(t.numel() for t in _tensors(args[0])), "elementwise"
+    if packet in _RANDOM:
+        return max(out_elements, 1), "elementwise"
     if packet in _TWO_PER_ELEMENT:
         return 2 * in_largest, "reduction"
     if packet in _THREE_PER_ELEMENT:
