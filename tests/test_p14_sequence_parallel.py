@@ -7,20 +7,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from grader.backends.learner_code import load_module
 from grader.backends.simulator import observe
 from grader.core.grading import one_thread
-from grader.core.probe import memory_now
 from grader.core.rules import flops, product_flops, sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 from grader.specs import sequence_parallel_costs as costs
 from grader.specs import sequence_parallel_mistakes as mistakes
-from grader.specs.sequence_parallel_model import E, HEADS, L, N, rank_slice, sequence_loss, shard_layers
-from puzzles import sim
-from puzzles.model import TransformerWeights, causal_attention, rms_norm
+from grader.specs.sequence_parallel_model import E, L, N, rank_slice
 
 SPEC = SPECS["p14"]
 TESTS = Path(__file__).parent
@@ -58,47 +54,8 @@ def test_the_reference_computes_sends_and_holds_the_formulas():
         assert volume(obs, r, "backward") == costs.TP_BYTES + costs.NORM_GRAD_BYTES == 199_680
 
 
-def tp_program(dist, x, target, layers):
-    """Plain tensor parallelism (puzzle 4's f and g) on the whole sequence, every rank given the whole x."""
-
-    class F_(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, t):
-            return t
-
-        @staticmethod
-        def backward(ctx, grad):
-            grad = grad.clone()
-            dist.all_reduce(grad)
-            return grad
-
-    class G(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, t):
-            total = t.clone()
-            dist.all_reduce(total)
-            return total
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad
-
-    before = memory_now()
-    h = x
-    for w in layers:
-        h = h + G.apply(causal_attention(F_.apply(rms_norm(h, w.norm1)), w.wqkv, w.wo, HEADS // N))
-        h = h + G.apply(F.gelu(F_.apply(rms_norm(h, w.norm2)) @ w.w1) @ w.w2)
-    held = memory_now() - before
-    sequence_loss(h, target).backward()
-    return held
-
-
 def test_plain_tensor_parallelism_holds_the_figure_the_text_gives_and_sends_the_same_bytes():
-    inputs = SPEC.make_inputs(4)
-    rank_args = [(inputs["x"].clone().requires_grad_(), inputs["target"],
-                  [TransformerWeights(*(t.requires_grad_() for t in w)) for w in shard_layers(inputs["layers"], r)])
-                 for r in range(N)]
-    result = sim.run(tp_program, N, rank_args=rank_args, cost=SPEC.cost)
+    result = costs.measured_tensor_parallel(seed=4)
     assert result.results == [costs.TP_ACTIVATIONS] * N == [L * costs.TP_BLOCK] * N == [659_456] * N
     events = [e.to_dict() for e in result.events]
     for r in range(N):

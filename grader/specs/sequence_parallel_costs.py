@@ -17,12 +17,18 @@ test_p14_sequence_parallel.py holds the closed forms to the measurements)."""
 
 from __future__ import annotations
 
-from puzzles.model import init_transformer, make_sequences, transformer_block
+import torch
+import torch.nn.functional as F
+
+from puzzles import sim
+from puzzles.model import TransformerWeights, causal_attention, init_transformer, make_sequences, rms_norm, \
+    transformer_block
 from puzzles.sim import CostModel
 
+from ..core.probe import memory_now
 from ..core.rules import BOOKKEEPING_BYTES
 from .costs import Cost, measure
-from .sequence_parallel_model import B, D, E, F64, H, HEADS, L, N, S, SN, sequence_loss
+from .sequence_parallel_model import B, D, E, F64, H, HEADS, L, N, S, SN, sequence_loss, shard_layers
 
 COST = CostModel()
 T, Z = B * S, B * HEADS * S * S
@@ -87,3 +93,54 @@ TP_BYTES = L * 2 * ALL_REDUCE_E  # each way
 NORM_GRAD_BYTES = L * 2 * (2 * (N - 1) * D * F64 // N)
 FORWARD_BYTES = TP_BYTES + BOOKKEEPING_BYTES
 BACKWARD_BYTES = TP_BYTES + NORM_GRAD_BYTES + BOOKKEEPING_BYTES
+
+
+# ---- plain tensor parallelism, measured: the figures the text compares sequence parallelism with
+
+
+def _tensor_parallel(dist, x, target, layers):
+    """Puzzle 4's f and g on the transformer block, the whole sequence on every rank (every rank given the whole x):
+    what its forward leaves alive for backward."""
+
+    class CopyToTensorParallel(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.clone()
+            dist.all_reduce(grad)
+            return grad
+
+    class ReduceFromTensorParallel(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            total = t.clone()
+            dist.all_reduce(total)
+            return total
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    f, g = CopyToTensorParallel.apply, ReduceFromTensorParallel.apply
+    before = memory_now()
+    h = x
+    for w in layers:
+        h = h + g(causal_attention(f(rms_norm(h, w.norm1)), w.wqkv, w.wo, HEADS // N))
+        h = h + g(F.gelu(f(rms_norm(h, w.norm2)) @ w.w1) @ w.w2)
+    held = memory_now() - before
+    sequence_loss(h, target).backward()
+    return held
+
+
+def measured_tensor_parallel(seed: int = 0):
+    """Plain tensor parallelism on the puzzle's blocks, on the simulator with the puzzle's clock: the sim.run
+    result, whose rank results are the bytes each rank's forward left alive."""
+    x, target = make_sequences(B, S, D, seed)
+    layers = init_transformer(L, D, H, seed + 1)
+    rank_args = [(x.clone().requires_grad_(), target,
+                  [TransformerWeights(*(t.requires_grad_() for t in w)) for w in shard_layers(layers, r)])
+                 for r in range(N)]
+    return sim.run(_tensor_parallel, N, rank_args=rank_args, cost=COST)
