@@ -23,12 +23,15 @@ from .sequence_parallel_costs import (ACTIVATIONS, ALLOWANCE, BACKWARD_BYTES, CO
                                       PRODUCT_FLOPS, RANK_BACKWARD, RANK_BLOCK_FORWARD, RANK_WORK, REPEATED_NORM_WORK,
                                       REPEATED_TOKEN_WORK, SERIAL_FLOPS, SHARE, SP_BLOCK, TP_ACTIVATIONS, TP_BLOCK,
                                       TP_BYTES)
-from .sequence_parallel_mistakes import BACKWARD_MISTAKES, FORWARD_MISTAKES, Replays, close
+from .sequence_parallel_mistakes import (BACKWARD_MISTAKES, FORWARD_MISTAKES, Replays, close, diagnose_norms,
+                                         matches, matches_matrices)
 from .sequence_parallel_model import (B, D, E, H, HEADS, L, MATRICES, N, NORMS, S, SN, grads_of, rank_slice,
                                       sequence_loss, serial, shard_layers, tokens)
 
 SHARD = E // N  # one [b, s/N, d] activation
 NAMED = 2 * L * B * SN * D  # how near a compute excess must be to a named one's size (they are 24,576 apart)
+WRONG_FORWARD = ("the output is wrong too (see the output check): this figure is another computation's, so its size "
+                 "names nothing; fix the values first")
 
 
 class SequenceParallel(PuzzleSpec):
@@ -118,8 +121,11 @@ class SequenceParallel(PuzzleSpec):
                          lambda bad: self.diagnose_grads(got, want, replays, "norms")),
         ]
         budgets = self.budgets(inputs)
-        checks.append(self.activation_check(obs, budgets["activation memory"]))
-        checks.append(compute_check(obs, budgets["compute"], self.diagnose_compute, least=PRODUCT_FLOPS))
+        # a memory or compute figure names a mistake by its size only when the forward computed the right thing
+        forward_right = all(close(g.get("y"), w["y"]) for g, w in zip(got, want))
+        checks.append(self.activation_check(obs, budgets["activation memory"], forward_right))
+        checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(
+            r, fwd, bwd) if forward_right else WRONG_FORWARD, least=PRODUCT_FLOPS))
         for phase in ("forward", "backward"):
             checks.append(communication_check(obs, budgets[f"{phase} communication"], f"{phase} communication", phase,
                                               lambda r, by_kind, phase=phase: self.diagnose_sent(phase, by_kind)))
@@ -147,6 +153,10 @@ class SequenceParallel(PuzzleSpec):
     def diagnose_grads(got, want, replays, which) -> str:
         if not all(close(g.get("y"), w["y"]) for g, w in zip(got, want)):
             return "the output is already wrong (see the output check): fix the forward first"
+        if which == "norms" and all(matches(g, w, ["x_grad"]) and matches_matrices(g, w) for g, w in zip(got, want)):
+            text = diagnose_norms(got, want)
+            if text:
+                return text
         text = replays.matching(got, BACKWARD_MISTAKES, ["x_grad", "grads"])
         if text:
             return text
@@ -158,7 +168,7 @@ class SequenceParallel(PuzzleSpec):
     # ---- activation memory
 
     @staticmethod
-    def activation_check(obs: Observation, budget: Budget) -> Check:
+    def activation_check(obs: Observation, budget: Budget, forward_right: bool = True) -> Check:
         held = [res.get("held", 0) if isinstance(res, dict) else 0 for res in obs.results]
         r = max(range(N), key=held.__getitem__)
         ok = held[r] <= budget.value
@@ -166,7 +176,8 @@ class SequenceParallel(PuzzleSpec):
         message = (f"rank {r}'s forward left {fmt(held[r], 'bytes')} alive for backward (its output included), "
                    f"{saving}; {'within' if ok else 'over'} the budget {budget.describe()}. Per rank: "
                    f"{', '.join(f'{h:,}' for h in held)} bytes")
-        diagnosis = "" if ok else safe_diagnosis(SequenceParallel.diagnose_held, held[r])
+        diagnosis = "" if ok else (safe_diagnosis(SequenceParallel.diagnose_held, held[r]) if forward_right
+                                   else WRONG_FORWARD)
         return Check("activation memory", ok, message, measured=held[r], budget=budget, diagnosis=diagnosis)
 
     @staticmethod
@@ -214,6 +225,9 @@ class SequenceParallel(PuzzleSpec):
         if phase == "backward":
             reduced -= min(reduced, NORM_GRAD_BYTES)  # the norms' gradients: all-reduced by right
         gathers = sum(c for k, (c, _) in by_kind.items() if k.startswith("all_gather"))
+        if phase == "backward" and reduced and reduced % NORM_GRAD_BYTES == 0 and reduced <= 4 * NORM_GRAD_BYTES:
+            return (f"the norms' weight gradients all-reduced {reduced // NORM_GRAD_BYTES + 1} times "
+                    f"({all_reduced:,} bytes of all-reduces, {NORM_GRAD_BYTES:,} each time): once is the sum")
         if reduced >= TP_BYTES - NORM_GRAD_BYTES - 1024 and gathers < 2 * L:
             return (f"plain tensor parallelism's all-reduces of the whole sequence ({all_reduced:,} bytes), and "
                     f"the sequence gathered besides: sequence parallelism replaces each all-reduce by a "

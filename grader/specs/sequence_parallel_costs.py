@@ -13,7 +13,8 @@ With T = b·s tokens, Z = b·a·s² attention scores, E = b·s·d·8 bytes (one 
 
 Every one of these is split N ways by tensor + sequence parallelism (heads and columns by tensor parallelism, the
 norms and residual adds by the sequence), so a rank's share is exactly the serial step's work / N (tests/
-test_p14_sequence_parallel.py holds the closed forms to the measurements)."""
+test_p14_sequence_parallel.py holds the closed forms to the measurements). Plain tensor parallelism, the figure the
+text compares with, is measured here too (measured_tensor_parallel), for the test and bench/."""
 
 from __future__ import annotations
 

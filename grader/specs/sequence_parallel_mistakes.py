@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from puzzles.model import TransformerWeights, causal_attention, rms_norm
 
-from .sequence_parallel_model import B, D, HEADS, L, N, NORMS, S, SN, grads_of, sequence_loss, shard_layers, tokens
+from .sequence_parallel_model import (B, D, HEADS, L, MATRICES, N, NORMS, S, SN, grads_of, sequence_loss,
+                                      shard_layers, tokens)
 
 MODEL_TOL = 1e-8
 
@@ -65,16 +66,17 @@ class _Link(torch.autograd.Function):
         return (None, None, None, *_move(ctx.mode, list(grads), ctx.full))
 
 
-def replay(inputs, gather=("cat", "rs"), scatter=("rs", "cat"), norms="sum") -> list[dict]:
+def replay(inputs, gather=("cat", "rs"), scatter=("rs", "cat"), norms="sum", heads=HEADS // N) -> list[dict]:
     """Every rank's y, x.grad and weight gradients when the gather moves tensors as `gather` = (forward,
-    backward), the reduce-scatter as `scatter`, and the norms' gradients are combined over the ranks as `norms`
-    ("sum", "own": not at all, "avg", "twice": summed twice)."""
+    backward), the reduce-scatter as `scatter`, the norms' gradients are combined over the ranks as `norms`
+    ("sum", "own": not at all, "avg", "twice": summed twice), and each rank's attention columns are cut into
+    `heads` heads."""
     weights = [[TransformerWeights(*(t.requires_grad_() for t in w)) for w in shard_layers(inputs["layers"], r)]
                for r in range(N)]
     xs = [inputs["x"][:, tokens(r)].clone().requires_grad_() for r in range(N)]
     hs = xs
     for i in range(L):
-        for norm, branch in (("norm1", lambda n, w: causal_attention(n, w.wqkv, w.wo, HEADS // N)),
+        for norm, branch in (("norm1", lambda n, w: causal_attention(n, w.wqkv, w.wo, heads)),
                              ("norm2", lambda n, w: F.gelu(n @ w.w1) @ w.w2)):
             gathered = _Link.apply(*gather, False, *[rms_norm(hs[r], getattr(weights[r][i], norm)) for r in range(N)])
             partials = [branch(gathered[r], weights[r][i]) for r in range(N)]
@@ -112,7 +114,28 @@ FORWARD_MISTAKES = {
         "the reduce-scatter cut the summed [b, s, d] along dim 0 in memory, not along the sequence: each rank got "
         "the wrong tokens of the sum. Lay the tokens out as [N, b, s/N, d] first (sequence_chunks), so that chunk "
         "r is rank r's tokens"),
+    "heads_not_divided": (
+        dict(heads=HEADS),
+        f"each rank's attention cut its {D // N} columns into all {HEADS} heads (of width {D // N // HEADS}) instead "
+        f"of its own {HEADS // N} heads of width {D // HEADS}: causal_attention's n_heads is the number of heads in "
+        f"the columns it is given, this rank's n_heads // N"),
 }
+
+NORM_MISTAKES = {  # how a norm weight's gradient on every rank relates to the serial one, e, and its diagnosis
+    "averaged": (lambda got, e: all(close(g * N, e) for g in got),
+                 f"they are exactly {N}x too small on every rank: averaged over the ranks (ReduceOp.AVG or a division "
+                 "by the world size). Each rank's is the gradient of its own tokens' share of one loss: sum them"),
+    "summed_twice": (lambda got, e: all(close(g, N * e) for g in got),
+                     f"they are exactly {N}x too large on every rank: all-reduced twice (a hook and a Function, or a "
+                     f"hook registered twice): once summed, every rank holds the total, and summing it again "
+                     f"multiplies it by {N}"),
+    "partial": (lambda got, e: close(sum(got), e),
+                "on each rank they are the gradient of its own tokens only (their sum over the ranks is the serial "
+                "gradient): every rank applies the norms to its s/N tokens, so their gradients are partial sums. "
+                "All-reduce them (sum) in backward, with a hook on each norm weight or an autograd Function whose "
+                "backward all-reduces"),
+}
+
 
 BACKWARD_MISTAKES = {
     "gather_backward_slice": (
@@ -130,22 +153,33 @@ BACKWARD_MISTAKES = {
         "the reduce-scatter's backward handed each rank only its own tokens' gradient (zeros, or nothing, for the "
         "others): every rank's partial output fed every token's sum, so the backward must all-gather the "
         "gradient along the sequence"),
-    "norms_not_reduced": (
-        dict(norms="own"),
-        "the norms' weight gradients on each rank come from its own tokens only: every rank applies norm1 and norm2 "
-        "to its s/N tokens, so their gradients are partial sums. All-reduce them (sum) in backward, with a hook "
-        "on each norm weight or an autograd Function whose backward all-reduces"),
-    "norms_averaged": (
-        dict(norms="avg"),
-        f"the norms' weight gradients are exactly {N}x too small: they were averaged over the ranks (ReduceOp.AVG "
-        "or a division by the world size). Each rank's is the gradient of its own tokens' share of the loss: sum "
-        "them"),
-    "norms_reduced_twice": (
-        dict(norms="twice"),
-        f"the norms' weight gradients are exactly {N}x too large: they were all-reduced twice (a hook and a "
-        "Function, or a hook registered twice): once summed, every rank holds the total, and summing it again "
-        f"multiplies it by {N}"),
+    "norms_not_reduced": (dict(norms="own"), "the norms' weight gradients: " + NORM_MISTAKES["partial"][1]),
+    "norms_averaged": (dict(norms="avg"), "the norms' weight gradients: " + NORM_MISTAKES["averaged"][1]),
+    "norms_reduced_twice": (dict(norms="twice"), "the norms' weight gradients: " + NORM_MISTAKES["summed_twice"][1]),
 }
+
+
+def diagnose_norms(got: list[dict], want: list[dict]) -> str:
+    """Which norm weights' gradients are off, and how, when one way covers them all (each norm weight alone: a
+    hook on norm1 only leaves norm2's partial)."""
+    off, kinds = [], set()
+    for i in range(L):
+        for name in NORMS:
+            grads = [g.get("grads")[i].get(name) if isinstance(g.get("grads"), (list, tuple)) and
+                     len(g.get("grads")) == L and isinstance(g.get("grads")[i], dict) else None for g in got]
+            e = want[0]["grads"][i][name]
+            if all(close(g, e) for g in grads):
+                continue
+            if not all(isinstance(g, torch.Tensor) and g.shape == e.shape for g in grads):
+                return ""
+            found = [kind for kind, (test, _) in NORM_MISTAKES.items() if test(grads, e)]
+            if not found:
+                return ""
+            off.append(f"layers[{i}].{name}")
+            kinds.add(found[0])
+    if len(kinds) != 1:
+        return ""
+    return f"the norm weights' gradients {', '.join(off)}: {NORM_MISTAKES[kinds.pop()][1]}"
 
 
 def close(a, b) -> bool:
@@ -166,6 +200,13 @@ def matches(got: dict, expected: dict, keys) -> bool:
         elif not close(got.get(key), expected[key]):
             return False
     return True
+
+
+def matches_matrices(got: dict, expected: dict) -> bool:
+    """The weight matrices' gradients (not the norms') match."""
+    g = got.get("grads")
+    return isinstance(g, (list, tuple)) and len(g) == L and all(
+        isinstance(w, dict) and all(close(w.get(k), e[k]) for k in MATRICES) for w, e in zip(g, expected["grads"]))
 
 
 class Replays:

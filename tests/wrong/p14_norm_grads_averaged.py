@@ -8,7 +8,7 @@ from puzzles.model import causal_attention, rms_norm
 
 MISTAKE = "the norms' weight gradients averaged over the ranks instead of summed"
 EXPECTED_FAILURES = {"norm gradients"}
-DIAGNOSIS = "exactly 4x too small: they were averaged over the ranks"
+DIAGNOSIS = "exactly 4x too small on every rank: averaged over the ranks"
 
 
 def sequence_chunks(t, n):

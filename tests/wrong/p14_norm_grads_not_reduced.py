@@ -8,7 +8,7 @@ from puzzles.model import causal_attention, rms_norm
 
 MISTAKE = "the norms' weight gradients are not all-reduced (each rank keeps its own tokens' partial sum)"
 EXPECTED_FAILURES = {"norm gradients"}
-DIAGNOSIS = "the norms' weight gradients on each rank come from its own tokens only"
+DIAGNOSIS = "on each rank they are the gradient of its own tokens only"
 
 
 def sequence_chunks(t, n):
