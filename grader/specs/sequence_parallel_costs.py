@@ -110,9 +110,9 @@ def _tensor_parallel(dist, x, target, layers):
 
         @staticmethod
         def backward(ctx, grad):
-            grad = grad.clone()
-            dist.all_reduce(grad)
-            return grad
+            summed = grad.clone()
+            dist.all_reduce(summed)
+            return summed
 
     class ReduceFromTensorParallel(torch.autograd.Function):
         @staticmethod
