@@ -62,7 +62,7 @@ def run(tree: Path, subs: Path, out: Path, jobs: int, timeout: float) -> tuple[f
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--seed", "3",
-                           "--jobs", str(jobs), "--timeout", str(timeout)], cwd=tree, env=env,
+                           "--jobs", str(jobs), "--puzzle-timeout", str(timeout)], cwd=tree, env=env,
                           capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -1,5 +1,5 @@
 import sys
 
-from .frontends.cli import main
+from .frontends.cli import run
 
-sys.exit(main())
+sys.exit(run())

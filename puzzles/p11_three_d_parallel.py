@@ -1,4 +1,4 @@
-# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 099b29022200)
+# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 77cb419f9f72)
 """Puzzle 11 — 3-D parallelism: data × pipeline × tensor.
 
 The task: one training step of a 4-block model on 8 ranks that use all three parallelisms at once, 2 data-parallel
@@ -9,7 +9,7 @@ puzzle 4 inside its tensor-parallel group, and averages its gradients with its d
 The budgets, per rank (derived below; W = 2,097,152 bytes is the whole model's weights):
   - weights 1/(p·t) of the model, W/(p·t) = 524,288 bytes: peak memory at most 1,626,112 bytes;
   - compute, every op counted: its slices' share of the step, at most 6,646,824 FLOPs, at least 6,291,456 of matmuls;
-  - bubble of GPipe with p = 2 stages and m = 4 microbatches: (p-1)/(m+p-1) = 1/5 = 20.0%, + 0.5 points = 20.5%;
+  - bubble of GPipe with p = 2 stages and m = 4 microbatches: (p-1)/(m+p-1) = 1/5 = 20.0%, + 1 point = 21.0%;
   - every collective on the rank's tensor-parallel or data-parallel group, every send to its neighbouring stage:
     at most 33,792 bytes sent on the tensor-parallel group, at most 525,312 bytes on the data-parallel group.
 
@@ -107,10 +107,11 @@ h = 512, 256 columns per tensor-parallel rank; L = 4 blocks, 2 per stage):
     written as elementwise multiplies and sums costs as many FLOPs, none of them products.
   - bubble: 1 - W/T_pipe, where W = m·(F + BW + LF + LB) = 10,060 ticks is the last (busiest) stage's own work
     and T_pipe is when the last backward ends on any rank (the gradients' all-reduce that follows is data
-    parallelism's cost, not the pipeline's), at most GPipe's (p-1)/(m+p-1) = 1/5 = 20.0% plus 0.5 points, 20.5%.
+    parallelism's cost, not the pipeline's), at most GPipe's (p-1)/(m+p-1) = 1/5 = 20.0% plus 1 point, 21.0%.
     With free messages a perfect 2-stage pipeline of 4 microbatches takes (m+p-1)·(F + BW) + m·(LF + LB) = 12,512
-    ticks; here the 1-tick all-reduces and sends add a few. GPipe's order is the lesson, not a rule: 1F1B (puzzle
-    6) has the same bubble and passes too.
+    ticks; here the 1-tick all-reduces and sends add a few, and so do the copies f and g may make of a [4, 64]
+    activation (6 ticks each). GPipe's order is the lesson, not a rule: 1F1B (puzzle 6) has the same bubble and
+    passes too.
   - a deadlock, or ranks that meet in new_group or a collective with different arguments, is an error.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
     bytes, which its memory ledger could not see).

@@ -1,4 +1,4 @@
-# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 8311eec6f4e5)
+# Generated from solutions/p12_expert_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 1e9a50739796)
 """Puzzle 12 — Expert parallelism: a mixture of experts with all-to-all.
 
 The task: a mixture-of-experts layer on 4 ranks that hold 8 experts between them, 2 each. Every rank routes its
@@ -8,11 +8,11 @@ results back to the ranks they came from. An expert takes at most C = 3 tokens f
 dropped.
 
 The budgets, per rank (derived below; one token's row is d·8 = 512 bytes):
-  - expert weights: 1/N of all 8 experts', 2 experts of 131,072 bytes each: peak memory at most 675,840 bytes;
+  - expert weights: 1/N of all 8 experts', 2 experts of 131,072 bytes each: peak memory at most 806,912 bytes;
   - compute, every op counted: the router on its own 16 tokens plus its 2 experts on the tokens it receives and
-    keeps, at least these products and at most the budget beside them (gelu's work and the routing's on top),
+    keeps, exactly these products, and at most the budget beside them (gelu's work and the routing's on top),
       products   rank 0: 2,211,840 FLOPs   rank 1: 1,425,408   rank 2: 1,032,192   rank 3: 638,976
-      at most    rank 0: 2,242,048 FLOPs   rank 1: 1,453,568   rank 2: 1,059,328   rank 3: 665,088;
+      at most    rank 0: 2,340,352 FLOPs   rank 1: 1,551,872   rank 2: 1,157,632   rank 3: 763,392;
   - communication: the tokens that leave their rank, out and back, in forward and again in backward, plus 1 KiB for
     the counts: rank 0: 24,576 bytes   rank 1: 20,480   rank 2: 20,480   rank 3: 18,432.
 
@@ -92,25 +92,29 @@ Checks (sizes: N = 4 ranks, E = 8 experts, 2 per rank; n = 16 tokens per rank; d
   - router gradient: router.grad on every rank equals the serial gradient of that rank's loss.
   - expert gradients: every rank's experts' gradients equal the serial ones (all ranks' tokens included).
   - expert compute, every op counted: each rank computes the router's matmuls on its own tokens, 6·n·d·E = 49,152
-    FLOPs (forward, and the two matmuls of its backward), plus 12·d·h + 2·h = 98,560 FLOPs per token it keeps for
-    its experts (6 matmuls and gelu both ways), plus 12·d·h/4 = 24,576 FLOPs of room for the routing's elementwise
-    work (softmax, top-1, positions, the gate's multiply, whatever way they are written): 6·n·d·E + K·(12·d·h + 2·h)
-    + 12·d·h/4, rank 0: 49,152 + 22·98,560 + 24,576 = 2,242,048 FLOPs; rank 1: 1,453,568; rank 2: 1,059,328;
-    rank 3: 665,088. And at least the products, 6·n·d·E + K·12·d·h of matmuls: rank 0: 2,211,840; rank 1:
-    1,425,408; rank 2: 1,032,192; rank 3: 638,976. No more: a rank that runs experts on padding, on dropped
-    tokens, or on every token, or that dispatches with matrix products of one-hot masks, is over; no fewer
-    products: a product written as elementwise multiplies and sums costs as many FLOPs, none of them products.
+    FLOPs (forward, and the two matmuls of its backward), plus 12·d·h = 98,304 FLOPs of matmuls per token it keeps
+    for its experts: in products exactly 6·n·d·E + K·12·d·h, rank 0: 49,152 + 22·98,304 = 2,211,840 FLOPs; rank 1:
+    1,425,408; rank 2: 1,032,192; rank 3: 638,976. All its FLOPs at most 6·n·d·E + K·(12·d·h + 2·h) + 12·d·h/4 +
+    (N-1)·2·2·d·h, rank 0: 2,340,352; rank 1: 1,551,872; rank 2: 1,157,632; rank 3: 763,392: gelu both ways on
+    each kept token (2·h), 12·d·h/4 = 24,576 FLOPs of room for the routing's elementwise work (softmax, top-1,
+    positions, the gate's multiply, whatever way they are written), and (N-1)·2·2·d·h = 98,304 for adding each
+    expert's weight gradients once per source rank (running the experts on each source's chunk apart). No more
+    products: a rank that runs experts on padding, on dropped tokens, or on every token, or that dispatches with
+    matrix products of one-hot masks, is over; no fewer: a product written as elementwise multiplies and sums costs
+    as many FLOPs, none of them products.
   - communication: the bytes each rank sends, over every collective and send (an all-to-all's wire bytes are what
     leaves the rank: the rows it keeps for itself are not sent), at most the tokens that leave it and the results
     it returns, in forward and again in backward, plus 1 KiB for the counts: 2·(S + R)·d·8 + 1 KiB, rank 0:
     2·(7 + 16)·512 + 1,024 = 24,576 bytes; rank 1: 2·(9 + 10)·512 + 1,024 = 20,480; rank 2: 2·(11 + 8)·512 +
     1,024 = 20,480; rank 3: 2·(12 + 5)·512 + 1,024 = 18,432. Padding every expert's share to C rows (GShard's
     fixed-size buffers), sending dropped tokens, or gathering all the tokens everywhere is over.
-  - peak memory: each rank's peak at most 2·2·W_E + 2·d·E·8 + 4·n·d·8 + N·2·C·(3·d + 3·h)·8 = 675,840 bytes: its 2
-    experts' weights and their gradients (1/N of all experts', 524,288 bytes), the router and its gradient, x,
-    target, x.grad and y ([16, 64] each), and per token it may receive (at most N·2·C = 24, whatever the routing)
-    3 rows of d (the token, its result, the token's gradient) and 3 of h (x@w1, its gelu, the gelu's gradient). A
-    rank that holds all 8 experts (1,048,576 bytes of weights, as many again of gradients) cannot fit.
+  - peak memory: each rank's peak at most 2·2·W_E + 2·d·E·8 + 4·n·d·8 + N·2·C·(3·d + 3·h)·8 + W_E = 806,912
+    bytes: its 2 experts' weights and their gradients (1/N of all experts', 524,288 bytes), the router and its
+    gradient, x, target, x.grad and y ([16, 64] each), per token it may receive (at most N·2·C = 24, whatever the
+    routing) 3 rows of d (the token, its result, the token's gradient) and 3 of h (x@w1, its gelu, the gelu's
+    gradient), and one expert's fresh weight gradients (W_E = 131,072 bytes) before autograd adds them into the
+    ones it is accumulating: an expert may run once on all its rows, or once per source rank's chunk, or per token.
+    A rank that holds all 8 experts (1,048,576 bytes of weights, as many again of gradients) cannot fit.
   - a deadlock, or an all-to-all whose split sizes do not agree between two ranks, is an error.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
     bytes, which its memory ledger could not see): a list of a few split sizes (`counts.tolist()`) is fine.

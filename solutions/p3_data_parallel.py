@@ -14,19 +14,22 @@ Write `data_parallel_step(dist, x_shard, target_shard, layers, lr)`:
   - `x_shard`, `target_shard`: this rank's 8 rows of the batch, [8, 64] each;
   - `layers`: this rank's replica of the weights, a list of 4 pairs (w1 [64, 256], w2 [256, 64]) with requires_grad;
   - compute `loss_fn(forward(x_shard, layers), target_shard)` (from puzzles.model), backpropagate, average every
-    gradient across the ranks with `dist.all_reduce`, and update every weight in place:
+    gradient across the ranks with `dist.all_reduce`, in `w.grad` itself, and update every weight in place:
     `w -= lr * w.grad` under `torch.no_grad()`.
 
 Checks (sizes: 4 ranks, batch B = 32 so b = 8 rows per rank, d=64, h=256, L = 4 blocks):
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
+  - averaged gradients: after the step, every rank's `w.grad` holds the gradient of the whole batch, the average
+    of the ranks' gradients, where an optimizer reads it. (Averaging the *weights* after a local step gives the
+    same weights for one plain SGD step, but not the gradients, and not the step of momentum or Adam.)
   - compute, every op counted on the simulated GPU (README, "The clock"): each rank computes at most its forward
     and backward on its own rows, FB = 6,052,368 FLOPs, 1/N of the serial step's (per block 2 forward and 4
     backward matmuls of 2·b·d·h, gelu and the residual add and their backward; the loss on its rows), plus the
     update of every weight, 3Ψ = 393,216 FLOPs (Ψ = 2·L·d·h weights, each averaged, scaled by lr and subtracted:
-    every rank updates all of them): FB + 3Ψ = 6,445,584 FLOPs. Running the whole batch on every rank is about 4
-    times that. And at least 6,029,312 FLOPs of matrix products, its rows' matmuls without the batch's own
-    gradient (which nobody needs): a product written as elementwise multiplies and sums costs as many FLOPs, none
-    of them products.
+    every rank updates all of them), and L·b·d = 2,048 for bookkeeping: FB + 3Ψ + L·b·d = 6,447,632 FLOPs. Running
+    the whole batch on every rank is about 4 times that. And at least 6,029,312 FLOPs of matrix products, its
+    rows' matmuls without the batch's own gradient (which nobody needs): a product written as elementwise
+    multiplies and sums costs as many FLOPs, none of them products.
   - communication: the bytes each rank sends, summed over every collective (ring algorithm), at most those of an
     all-reduce of every gradient, 2(N-1)/N·G + 1,024 = 1,573,888 bytes, where G = 2·L·d·h·8 = 1,048,576 bytes
     are the gradients and 1 KiB is room for scalars such as a logged loss. One all-reduce per gradient, or flat

@@ -44,8 +44,12 @@ The simulated machine (sizes: 4 ranks, batch 32 so b = 8 rows per rank, d=64, h=
 
 Checks:
   - updated weights: every rank's weights equal one SGD step of the serial model on the whole batch.
-  - compute: as in puzzle 3, at most FB + 3Ψ = 6,445,584 FLOPs (its own rows, and the update of every weight),
-    and at least 6,029,312 FLOPs of matmuls.
+  - averaged gradients: after the step, every rank's `w.grad` holds the all-reduced gradient: the average over the
+    ranks, or their sum when the learning rate does the dividing (`w -= lr / N * w.grad`).
+  - hooks removed: the hooks the step registered are gone when it returns. The grader runs a backward through
+    each weight after your step and sees whether any hook still fires (it stops the hook before its first line).
+  - compute: as in puzzle 3, at most FB + 3Ψ + L·b·d = 6,447,632 FLOPs (its own rows, and the update of every
+    weight), and at least 6,029,312 FLOPs of matmuls.
   - communication: the bytes each rank sends, at most those of an all-reduce of every gradient,
     2(N-1)/N·G + 1,024 = 1,573,888 bytes (G = 2·L·d·h·8 = 1,048,576 bytes; each gradient once, alone or in
     buckets, by all-reduces or by reduce-scatters and all-gathers; 1 KiB of room for scalars).
@@ -61,7 +65,8 @@ Checks:
 
 Hints:
   - `w.register_post_accumulate_grad_hook(hook)` calls `hook(w)` inside backward, right after `w.grad` has been
-    written: the moment to launch its all-reduce. Remove the hooks (the handle's `.remove()`) before returning.
+    written: the moment to launch its all-reduce. It returns a handle: keep it, and `.remove()` every hook before
+    returning (a hook left on a weight fires again in the next step's backward).
   - Keep the work handles in a list; don't wait inside the hook (that stalls backward until the message is done).
   - Don't touch a gradient while its all-reduce is in flight (dividing it, say): wait first.
 """

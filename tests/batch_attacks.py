@@ -1,5 +1,5 @@
 """Adversarial submissions for the batch sandbox's tests: each tries to break one guarantee of the threat model
-(README, "Grading for credit"). Every attack is written as a determined learner would write it, knowing the
+(docs/grading.md, "Grading for credit"). Every attack is written as a determined learner would write it, knowing the
 paths the instructor uses (the worst case), and records what it managed in a way the tests can read.
 """
 

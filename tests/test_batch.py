@@ -47,7 +47,8 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     rows = batch.run_batch(subs, 4, 10, 3000, ["p3"], jobs=2, progress=progress)
 
     assert [r["name"] for r in rows] == sorted(p.name for p in subs.iterdir())  # one row per item, folder order
-    assert all(set(r) == {"name", "kind", "error", "puzzles", "seconds", "flags"} for r in rows)
+    assert all(set(r) == {"name", "kind", "error", "puzzles", "seconds", "flags", "graded", "note", "items"}
+               for r in rows)
     by = {r["name"]: r for r in rows}
     assert {n: r["kind"] for n, r in by.items() if r["kind"] != "folder"} == {
         "carol.ipynb": "notebook", "cora.ipynb": "notebook", "notes.txt": "stray", "broken.ipynb": "broken"}
@@ -71,6 +72,21 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert table["notes.txt"]["p3"] == "not_graded" and table["notes.txt"]["error"].startswith("not a submission")
     data = {s["name"]: s for s in json.loads(js.read_text())["submissions"]}
     assert data["broken.ipynb"]["kind"] == "broken" and data["gina"]["puzzles"][0]["status"] == "error"
+
+
+def test_a_submission_time_limit_caps_its_puzzles_and_says_so(tmp_path):
+    """--submission-timeout: the puzzles share it; the one that runs into it says whose limit stopped it, and
+    those left are errors that say why, instead of Gradescope stopping the whole run with no results."""
+    subs = tmp_path / "subs"
+    (subs / "dave").mkdir(parents=True)
+    (subs / "dave" / "p3_data_parallel.py").write_text(HANG)
+    shutil.copy(ROOT / "solutions" / "p1_checkpointing.py", subs / "dave")
+    [row] = batch.run_batch(subs, 4, 60, 3000, ["p3", "p1"], jobs=1, progress=io.StringIO(), submission_timeout=3)
+    p3, p1 = row["puzzles"]
+    assert p3.status == "error" and p3.error.startswith("stopped after 3.0 s, what was left of the submission's time "
+                                                        "limit of 3 s")
+    assert p1.status == "error" and "the submission's time limit of 3 s ran out before this puzzle" in p1.error
+    assert row["seconds"] < 30
 
 
 # ---- the parent's checks, without a sandbox: a record is evidence, never a verdict

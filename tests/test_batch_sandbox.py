@@ -33,7 +33,7 @@ def graded(tmp_path_factory):
     attacks = write_class(subs, [out, js], marker)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--json", str(js),
-                           "--timeout", str(TIMEOUT), "--memory-mb", "2000", "--seed", "7", "--jobs", "2",
+                           "--puzzle-timeout", str(TIMEOUT), "--memory-mb", "2000", "--seed", "7", "--jobs", "2",
                            *(f"-p{p}" for p in PUZZLES)], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, INSTRUCTORS_SECRET_TOKEN="hunter2"), check=False)
     wall = time.monotonic() - started

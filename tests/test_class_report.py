@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from grader.core.result import ERROR, FAIL, PASS, Budget, Check, PuzzleResult
 from grader.frontends import cli
 from grader.frontends.reports import class_report
@@ -93,6 +95,16 @@ def test_feedback_says_what_is_wrong_and_the_likely_cause(tmp_path):
     assert "not graded" in written[3].read_text()
 
 
+def test_feedback_says_how_to_reproduce_the_grade_where_the_learner_worked():
+    """A Colab learner has no command line: a notebook's feedback gives the check cell's call with the seed."""
+    notebook = score_row({"name": "carol.ipynb", "kind": "notebook", "error": "", "puzzles": [p3(PASS, [])]},
+                         Weights(), ["p3"])
+    text = class_report.feedback_markdown(notebook, 7, {})
+    assert 'check("p3", globals(), seed=7)' in text and "python -m grader" not in text
+    folder = class_report.feedback_markdown(scores()[0], 7, {})
+    assert "python -m grader check puzzles --seed 7" in folder and "globals()" not in folder
+
+
 def test_feedback_folders_are_safe_and_distinct():
     names = class_report.unique_folders([score_row({"name": n, "error": "", "puzzles": []}, Weights(), IDS)
                                          for n in ("a b", "a_b", "../../etc", ".hidden", "")])
@@ -129,11 +141,14 @@ def test_batch_writes_every_report_from_the_command_line(tmp_path):
     rows = {r["submission"]: r for r in csv.DictReader((out / "r.csv").open())}
     assert list(rows) == ["alice", "bob", "broken.ipynb", "notes.txt"]
     assert (rows["alice"]["points"], rows["alice"]["p3"]) == ("100", "pass")
-    assert (rows["bob"]["points"], rows["bob"]["p3"]) == ("40", "fail")  # compute and communication: 2 of 3 + 1 + 1
+    assert (rows["bob"]["points"], rows["bob"]["p3"]) == ("33.33", "fail")  # compute and communication: 2 of 3+1+1+1
     assert rows["bob"]["p3 reason"].startswith("updated weights: ")
     broken = rows["broken.ipynb"]
     assert broken["points"] == "0" and broken["error"] and "\n" not in broken["error"]
     assert 'File "' not in broken["error"] and "Traceback" not in broken["error"]  # no raw traceback
+    feedback = (out / "feedback" / "broken.ipynb" / "feedback.md").read_text()
+    assert str(subs) not in feedback and "broken.ipynb is not a notebook that can be read" in feedback
+    assert "Not graded" not in feedback and feedback.count("No puzzle was graded.") == 1
     assert rows["notes.txt"]["kind"] == "stray" and "not a submission" in rows["notes.txt"]["error"]
     alice = out / "feedback" / "alice"
     assert "![p3 memory](p3_memory.png)" in (alice / "feedback.md").read_text()
@@ -142,7 +157,7 @@ def test_batch_writes_every_report_from_the_command_line(tmp_path):
     assert "FAIL updated weights" in (out / "feedback" / "bob" / "feedback.md").read_text()
     assert json.loads((out / "gs" / "alice.json").read_text())["score"] == 100
     data = json.loads((out / "r.json").read_text())
-    assert [s["points"] for s in data["submissions"]] == [100, 40, 0, 0]
+    assert [s["points"] for s in data["submissions"]] == [100, 33.33, 0, 0]  # 2 of p3's 6 checks, to the cent
 
 
 def test_a_bad_weights_file_stops_batch_before_any_grading(tmp_path, capsys):
@@ -161,3 +176,69 @@ def test_no_cell_of_the_csv_opens_as_a_formula(tmp_path):
     class_report.write_csv([score_row(row, Weights(), ["p3"])], tmp_path / "r.csv", ["p3"])
     [r] = list(csv.DictReader((tmp_path / "r.csv").open()))
     assert r["submission"] == "'=HYPERLINK(\"http://x\")" and r["p3 reason"] == "'@check: =1+1"
+
+
+def test_the_class_summary_counts_each_puzzles_outcomes_and_groups_the_reasons(tmp_path):
+    """Beside the CSV: per puzzle, how many passed, failed, erred, did not attempt it, and the most common reasons
+    (the same failed check with its likely cause is one reason, whatever the numbers), as a table and a plot."""
+    def bob_like(name, sent):
+        volume = Check("all-reduce volume", False, f"rank 0 all-reduced {sent} bytes", measured=sent,
+                       diagnosis="every gradient was all-reduced twice")
+        return {"name": name, "error": "", "seconds": 1.0,
+                "puzzles": [p3(FAIL, [Check("updated weights", True, "match"), volume]),
+                            PuzzleResult("p8", "zero", SPECS["p8"].title, "not_attempted", error="p8: write it")]}
+
+    rows = ROWS + [bob_like("erin", 2097152), bob_like("fay", 3145728)]
+    class_report.write_reports(rows, 7, IDS, csv_path=tmp_path / "r.csv")
+    text = (tmp_path / "r.summary.md").read_text()
+    assert text.startswith("# Class summary: 5 submissions (seed 7)")  # the stray row is no submission
+    [p3_row] = [line for line in text.splitlines() if line.startswith("| p3 ")]
+    cells = [c.strip() for c in p3_row.strip("|").split("|")]
+    assert cells[1:5] == ["1", "3", "1", "0"], p3_row  # alice passed; bob, erin, fay failed; dave timed out
+    assert cells[5].startswith("all-reduce volume failed (3); error: stopped at the time limit") or \
+        cells[5].startswith("all-reduce volume failed (3)"), p3_row
+    assert "- all-reduce volume failed (3): bob, the \"second\", erin, fay" in text
+    assert "  - likely cause (3): every gradient was all-reduced twice" in text
+    [p8_row] = [line for line in text.splitlines() if line.startswith("| p8 ")]
+    assert "error: KeyError (1)" in p8_row and "not attempted (2)" in p8_row
+    assert "Similar submissions were not compared" in text
+    png = (tmp_path / "r.summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_similar_submissions_are_found_through_renamed_names_and_never_in_what_a_learner_reads(tmp_path):
+    """copydetect's winnowing on each puzzle's code, the stub's own text left out: a copy with its names changed
+    and its comments dropped is found; a different answer and the stub itself are not. The pairs go to the CSV
+    and the summary (the instructor's), never to the feedback (it would name another learner)."""
+    import importlib.util
+    import sys as _sys
+
+    from grader.frontends.reports.similarity import compare_class, reported, similar_to
+
+    _sys.path.insert(0, str(REPO / "bench"))
+    from class_of_answers import disguise
+
+    stub = (REPO / "puzzles" / "p3_data_parallel.py").read_text()
+    answer = (REPO / "tests" / "alternatives" / "p3_flat_bucket.py").read_text()
+    other = (REPO / "tests" / "alternatives" / "p3_async_handles.py").read_text()
+    assert importlib.util.find_spec("copydetect") is not None  # the dev extra installs it
+    p5 = (REPO / "tests" / "alternatives" / "p5_batched_p2p.py").read_text()
+    found = compare_class({"ann": {"p3": answer, "p5": p5}, "ben": {"p3": disguise(answer), "p5": disguise(p5)},
+                           "cat": {"p3": other}, "dan": {"p3": stub}},
+                          {"p3": stub, "p5": (REPO / "puzzles" / "p5_gpipe.py").read_text()})
+    p3_found = found[0]
+    pairs = {(p.a, p.b): p for p in p3_found.pairs}
+    assert pairs[("ann", "ben")].score >= 0.9, pairs[("ann", "ben")]
+    assert [(p.a, p.b) for p in reported(found)] == [("ann", "ben"), ("ann", "ben")]  # on p3 and on p5
+    assert pairs[("ann", "dan")].score == 0 and pairs[("ben", "dan")].score == 0  # the stub's text is not a match
+    cells = similar_to(found)
+    assert cells == {"ann": "ben: 2 of 2 puzzles the same (p3, p5)", "ben": "ann: 2 of 2 puzzles the same (p3, p5)"}
+    rows = [{"name": n, "error": "", "seconds": 1.0, "similar": cells.get(n, ""),
+             "puzzles": [p3(PASS, [Check("updated weights", True, "match")])]} for n in ("ann", "ben", "cat")]
+    class_report.write_reports(rows, 3, ["p3"], csv_path=tmp_path / "r.csv", feedback_dir=tmp_path / "fb",
+                               similarity=found)
+    table = {r["submission"]: r for r in csv.DictReader((tmp_path / "r.csv").open())}
+    assert table["ann"]["similar"].startswith("ben: 2 of 2") and table["cat"]["similar"] == ""
+    assert "- ann and ben: 2 of 2 puzzles (p3, p5)" in (tmp_path / "r.summary.md").read_text()
+    assert "| ann | ben |" in (tmp_path / "r.similarity.md").read_text()
+    assert "ben" not in (tmp_path / "fb" / "ann" / "feedback.md").read_text()

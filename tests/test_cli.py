@@ -208,6 +208,68 @@ def test_a_notebook_with_a_missing_puzzle_says_so_on_stderr(tmp_path, capsys):
     nbformat.write(nb, str(tmp_path / "mine.ipynb"))
     assert cli.main(["check", str(tmp_path / "mine.ipynb"), "-p", "p1"]) == 0
     assert "note: mine.ipynb: no code cell holds p2" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / "mine.ipynb"), "-p", "p1", "p3"]) == 0  # nothing attempted yet
+    out = capsys.readouterr().out
+    assert "To start: open mine.ipynb" in out and "puzzles/p1_checkpointing.py" not in out
     (tmp_path / "bad.ipynb").write_text("{not json")
     assert cli.main(["check", str(tmp_path / "bad.ipynb")]) == 2
     assert "is not a notebook that can be read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["check", "build", "batch", "gradescope", "release", "mutate"])
+def test_every_command_says_what_it_is_in_its_own_help(name, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([name, "--help"])
+    out = capsys.readouterr().out
+    usage, _, rest = out.partition("\n\n")
+    description = rest.split("\n\n")[0]
+    assert usage.startswith("usage:") and len(description.split()) >= 8 and not description.startswith(
+        ("positional", "options")), out[:600]
+    if name in ("build", "release", "mutate"):
+        assert "for instructors" in description.lower()
+
+
+@pytest.mark.parametrize("name", ["batch", "gradescope"])
+def test_batch_and_gradescope_name_each_time_limit_for_what_it_limits(name, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([name, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--puzzle-timeout SECONDS" in out and "--submission-timeout SECONDS" in out
+    assert "--timeout" not in out.replace("--puzzle-timeout", "").replace("--submission-timeout", "")
+    assert cli.main([name, str(tmp_path / "x"), "--timeout", "30"]) == 2
+    err = capsys.readouterr().err
+    assert "--timeout is ambiguous" in err and "--puzzle-timeout" in err and "--submission-timeout" in err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args, ids, folder", [
+    (["-p", "p1,p3", "SUBS"], ["p1", "p3"], "SUBS"), (["SUBS", "-p", "3", "P8"], ["p3", "p8"], "SUBS"),
+    (["-p", "p3", "-p", "p1"], ["p3", "p1"], None),
+])
+def test_batch_takes_the_puzzle_ids_in_every_form_that_check_does(args, ids, folder):
+    parsed = cli.parser().parse_args(["batch", *args])
+    assert parsed.puzzle == ids and cli.positional_from_stray(parsed, "submissions") == (folder is not None)
+    assert parsed.submissions == folder
+
+
+def test_output_cut_short_by_its_reader_ends_quietly():
+    """`python -m grader ... | head`: the reader goes away; no BrokenPipeError traceback on the terminal."""
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "check", "solutions", "-p", "p1", "--seed", "1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child writes a byte: its first write meets a closed pipe, every time
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+def test_the_notebook_card_states_each_budget_once(monkeypatch):
+    """Each message says "within the budget FORMULA = VALUE": the card printed the budget again beneath it."""
+    from grader.core import report
+
+    monkeypatch.chdir(ROOT)
+    [p1] = targets.grade_target("solutions", ["p1"], 3)
+    html = report.to_html(p1, 3)
+    budgets = [c.budget for c in p1.checks if c.budget is not None]
+    assert budgets and all(html.count(report.html.escape(b.formula)) == 1 for b in budgets), html
+    unstated = p1.checks[0].__class__("volume", False, "rank 0 sent 2 MiB", budget=budgets[0])
+    assert report.stated_budget(unstated) == budgets[0].describe()  # a message without it still gets the line

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from decimal import Decimal
 
 import jsonschema
 import nbformat
@@ -35,7 +36,9 @@ RESULTS_SCHEMA = {"type": "object", "required": ["score", "tests"], "additionalP
     "output_format": {"enum": FORMATS}, "test_output_format": {"enum": FORMATS},
     "test_name_format": {"enum": FORMATS}, "visibility": {"enum": VISIBILITY},
     "stdout_visibility": {"enum": VISIBILITY}, "extra_data": {"type": "object"},
-    "tests": {"type": "array", "items": TEST}, "leaderboard": {"type": "array"}}}
+    "tests": {"type": "array", "items": TEST}, "leaderboard": {"type": "array", "items": {
+        "type": "object", "required": ["name", "value"], "additionalProperties": False, "properties": {
+            "name": {"type": "string"}, "value": {"type": ["number", "string"]}, "order": {"enum": ["asc", "desc"]}}}}}}
 
 
 def valid(data: dict, total: float = 100) -> dict:
@@ -94,25 +97,6 @@ def stubs_into(folder):
         (folder / path.name).write_text(text)
 
 
-def test_find_submission_takes_what_a_learner_uploads(tmp_path):
-    files = tmp_path / "files"
-    shutil.copytree(REPO / "tests" / "naive", files)
-    assert gradescope.find_submission(files) == (files, "Graded the files at the top of your submission.")
-    clone = tmp_path / "clone"  # a repository: puzzles/ stubs, an edited solutions/-like folder deeper down
-    stubs_into(clone / "puzzles")
-    shutil.copytree(REPO / "tests" / "naive", clone / "work" / "deeper")
-    assert gradescope.find_submission(clone)[0] == clone / "puzzles"
-    nbformat.write(build.build_notebook(REPO), str(clone / "puzzles.ipynb"))
-    item, note = gradescope.find_submission(clone)  # stubs untouched: the notebook is where the work is
-    assert item == clone / "puzzles.ipynb" and "puzzles/ was also in your submission and was not graded" in note
-    shutil.copy(REPO / "solutions" / "p3_data_parallel.py", clone / "puzzles")
-    assert gradescope.find_submission(clone)[0] == clone / "puzzles"  # an edited puzzle file wins
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "notes.txt").write_text("hi")
-    item, note = gradescope.find_submission(tmp_path / "empty")
-    assert item is None and "p3_data_parallel.py" in note and "notebook" in note
-
-
 def autograder_root(tmp_path, config=None):
     root = tmp_path / "autograder"
     (root / "source").mkdir(parents=True)
@@ -126,7 +110,8 @@ def test_nothing_to_grade_still_writes_results(tmp_path, capsys):
     (root / "submission" / "README.txt").write_text("hi")
     assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
     data = valid(json.loads((root / "results" / "results.json").read_text()))
-    assert data["score"] == 0 and len(data["tests"]) == 2 and "No puzzle files" in data["output"]
+    assert data["score"] == 0 and len(data["tests"]) == 2
+    assert "nothing to grade: no puzzle file" in data["output"] and "it holds README.txt" in data["output"]
 
 
 def test_an_autograder_failure_still_writes_results_and_logs_to_stdout(tmp_path, capsys, monkeypatch):
@@ -150,7 +135,7 @@ def bundle(tmp_path_factory):
     weights = tmp / "weights.toml"
     weights.write_text('[p8]\nweight = 2\n\n[p3]\npartial_credit = true\nchecks = { "updated weights" = 3 }\n')
     assert cli.main(["gradescope", str(tmp / "bundle"), "--weights", str(weights), "-p", "p1", "-p", "p3",
-                     "-p", "p8", "--timeout", "120"]) == 0
+                     "-p", "p8", "--puzzle-timeout", "120"]) == 0
     return tmp / "bundle.zip"
 
 
@@ -162,12 +147,22 @@ def test_the_bundle_has_the_scripts_at_its_root_and_no_solutions(bundle):
     assert {"setup.sh", "run_autograder", gradescope.CONFIG, "pyproject.toml", "README.md",
             "grader/frontends/reports/gradescope.py", "puzzles/sim.py", "puzzles/p3_data_parallel.py"} <= names
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
-    assert not any(n.startswith(("solutions/", "tests/", "bench/")) or "__pycache__" in n for n in names)
+    assert not any(n.startswith(("solutions/", "tests/", "bench/", "docs/", "grader/frontends/mutate/"))
+                   or "__pycache__" in n for n in names)  # no reference, no instructor's tool
     stub = build.planned_files(REPO)[REPO / "puzzles" / "p3_data_parallel.py"]
     with zipfile.ZipFile(bundle) as z:
         assert z.read("puzzles/p3_data_parallel.py").decode() == stub
     assert config["puzzles"] == ["p1", "p3", "p8"] and config["weights"]["p8"] == {"weight": 2}
     assert (bundle.parent / "bundle" / "run_autograder").stat().st_mode & 0o111
+
+
+def test_the_bundle_command_makes_the_parents_of_its_folder(tmp_path, capsys):
+    """It said only "error: 2" (an OSError's errno) when OUT's parent did not exist; release makes parents."""
+    assert cli.main(["gradescope", str(tmp_path / "new" / "deeper" / "bundle"), "-p", "p1"]) == 0, \
+        capsys.readouterr().err
+    assert (tmp_path / "new" / "deeper" / "bundle.zip").is_file()
+    config = json.loads((tmp_path / "new" / "deeper" / "bundle" / gradescope.CONFIG).read_text())
+    assert (config["puzzle_timeout"], config["submission_timeout"]) == (60, 540)
 
 
 def test_the_bundle_command_refuses_bad_weights_and_existing_folders(tmp_path, capsys):
@@ -208,9 +203,9 @@ def stub_repository(sub):  # a clone: the stubs in puzzles/ and the notebook, bo
 
 
 @pytest.mark.parametrize("make, score, statuses, graded", [
-    (solutions, 100, ["passed"] * 3, "the files at the top"),
+    (solutions, 100, ["passed"] * 3, "the files at the top of the submission"),
     (stub_repository, 0, ["failed"] * 3, "puzzles.ipynb"),
-    (naive, 10.0, ["failed"] * 3, "the files at the top"),  # p3's compute and communication: 2 of its 3+1+1 weights
+    (naive, 8.33, ["failed"] * 3, "the files at the top of the submission"),  # p3: 2 of its checks' 3+1+1+1
 ])
 def test_run_autograder_grades_a_submission_locally(bundle, tmp_path, make, score, statuses, graded):
     root = tmp_path / "autograder"
@@ -244,24 +239,73 @@ def test_the_submission_is_graded_from_a_private_copy_of_its_regular_files(tmp_p
     (sub / "p8_zero.py").symlink_to(REPO / "solutions" / "p8_zero.py")  # nor a linked-in reference
     seen = {}
 
-    def fake_run_batch(folder, seed, timeout, memory_mb, puzzle_ids, jobs, progress):
+    def fake_run_batch(folder, seed, timeout, memory_mb, puzzle_ids, jobs, progress, submission_timeout):
         [item] = list(folder.iterdir())
         seen["files"] = sorted(p.relative_to(item).as_posix() for p in item.rglob("*") if p.is_file())
         seen["links"] = [p for p in item.rglob("*") if p.is_symlink()]
-        seen["args"] = (timeout, memory_mb, puzzle_ids, jobs)
+        seen["args"] = (timeout, memory_mb, puzzle_ids, jobs, submission_timeout)
         return [{"name": item.name, "error": "", "puzzles": [], "seconds": 0.0}]
 
     monkeypatch.setattr("grader.frontends.batch.parent.run_batch", fake_run_batch)
     assert gradescope.autograde({"AUTOGRADER_ROOT": str(root)}) == 0
     assert seen["files"] == ["helpers/util.py", "p3_data_parallel.py"] and seen["links"] == []
-    assert seen["args"] == (120.0, 4096, ["p3"], 1)
+    assert seen["args"] == (60.0, 4096, ["p3"], 1, None)  # autograder.json without limits: the defaults
     valid(json.loads((root / "results" / "results.json").read_text()))
 
 
 @pytest.mark.parametrize("n", [3, 7, 12])
-def test_the_tests_maxima_add_up_to_the_total_whatever_the_number_of_puzzles(n):
-    """Gradescope's total is the sum of the maxima: 12 puzzles of 8.3333 would make 99.9996, not 100."""
-    maxima = gradescope.rounded_maxima([100 / n] * n)
-    assert sum(maxima) == pytest.approx(100, abs=1e-9), maxima
-    assert max(maxima) - min(maxima) <= 1e-4 + 1e-12, maxima
-    assert gradescope.score_of_test(100 / n, 100 / n, maxima[0]) == maxima[0]  # full marks are the maximum
+def test_points_are_exact_decimals_that_add_up_to_the_total(n):
+    """12 puzzles of 100/12 points were 8.333333333333334 each, and a results.json said 99.99999999999999: now
+    every figure is a decimal of two places, and they add up to 100 exactly, in the JSON's own numbers."""
+    ids = list(SPECS)[:n]
+    row = {"name": "alice", "error": "", "seconds": 1.0,
+           "puzzles": [PuzzleResult(p, SPECS[p].name, SPECS[p].title, PASS, [Check("output", True, "ok")])
+                       for p in ids]}
+    data = valid(gradescope.results_json(score_row(row, Weights(), ids), 1))
+    maxima = [t["max_score"] for t in data["tests"]]
+    assert data["score"] == 100 and json.dumps(data["score"]) == "100"
+    assert all(round(m, 2) == m and repr(m) == repr(round(m, 2)) for m in maxima), maxima
+    assert sum(Decimal(repr(m)) for m in maxima) == 100
+    assert max(maxima) - min(maxima) <= 0.01 + 1e-12
+    half = parse_weights({"partial_credit": True})
+    row["puzzles"][0].checks += [Check("memory", False, "over"), Check("time", True, "ok")]
+    data = valid(gradescope.results_json(score_row(row, half, ids), 1))
+    assert "99.99999" not in json.dumps(data) and "00000000" not in json.dumps(data)
+
+
+def test_each_tests_visibility_and_the_leaderboard_come_from_the_weights_file():
+    """Gradescope's conventions: a visibility per puzzle, a check as a test of its own with its own visibility
+    (partial credit), the page's default, and the leaderboard of a passed puzzle's figures, lower first."""
+    weights = parse_weights({"visibility": "after_published", "leaderboard": ["p6 makespan", "p6 peak memory",
+                                                                              "p3 makespan"],
+                             "p3": {"visibility": "visible", "partial_credit": True,
+                                    "check_visibility": {"all-reduce volume": "hidden"}}})
+    checks = [Check("updated weights", True, "match"), Check("all-reduce volume", False, "2 MiB, over")]
+    p6 = PuzzleResult("p6", "one_f_one_b", SPECS["p6"].title, PASS, [Check("bubble", True, "ok")],
+                      peak_bytes=[400, 900, 300, 100], makespan_ticks=33826)
+    row = {"name": "ann", "error": "", "seconds": 2.0,
+           "puzzles": [PuzzleResult("p3", "data_parallel", SPECS["p3"].title, FAIL, checks), p6]}
+    data = valid(gradescope.results_json(score_row(row, weights, ["p3", "p6"]), 5, weights=weights))
+    tests = {t["name"]: t for t in data["tests"]}
+    assert [(n, t["visibility"], t["score"], t["max_score"]) for n, t in tests.items()] == [
+        ("p3 Data parallel", "visible", 25, 25), ("p3 Data parallel: all-reduce volume", "hidden", 0, 25),
+        ("p6 Pipeline parallel (1F1B)", "after_published", 50, 50)]
+    assert "all-reduce volume" not in tests["p3 Data parallel"]["output"].split("(and 1 more")[0]
+    assert "2 MiB, over" in tests["p3 Data parallel: all-reduce volume"]["output"]
+    assert data["visibility"] == "after_published"
+    assert data["leaderboard"] == [{"name": "p6 makespan", "value": 33826, "order": "asc"},
+                                   {"name": "p6 peak memory", "value": 900, "order": "asc"}]  # p3 failed: none
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"visibility": "public"}, ["visibility", "after_due_date"]),
+    ({"p3": {"check_visibility": {"x": "hidden"}}}, ["check_visibility", "partial_credit = true"]),
+    ({"leaderboard": ["p6 speed"]}, ["leaderboard", "makespan", "peak memory"]),
+    ({"leaderboard": "p6 makespan"}, ["leaderboard", "a list"]),
+])
+def test_bad_visibility_or_leaderboard_settings_are_refused(data, words):
+    from grader.frontends.reports.scoring import WeightsError
+
+    with pytest.raises(WeightsError) as err:
+        parse_weights(data)
+    assert all(w in str(err.value) for w in words), str(err.value)

@@ -101,7 +101,7 @@ def test_a_check_that_fails_is_named_and_a_passing_mutant_survives_with_its_numb
     swapped = hand_made("loss_fn(forward(x_shard, layers), target_shard)",
                         "loss_fn(target_shard, forward(x_shard, layers))")
     killed, survived = grade(dropped, swapped)
-    assert (killed.status, killed.killed_by) == (KILLED, "updated weights")
+    assert (killed.status, killed.killed_by) == (KILLED, "updated weights, averaged gradients")
     assert survived.status == SURVIVED and survived.killed_by == ""
     assert len(survived.peak_bytes) == 4 and survived.makespan > 0
 
@@ -175,7 +175,7 @@ def test_a_listed_equivalent_that_is_killed_is_pointed_out(instructors_p3):
 def test_a_reference_that_does_not_pass_is_not_mutated(tmp_path):
     (tmp_path / P3.filename).write_text(P3_SOURCE.replace("                w.grad /= world\n", ""))
     [run] = mutate_target(tmp_path, ["p3"], 3, [], jobs=2)
-    assert run.error.startswith("the reference does not pass (fail: updated weights)") and not run.outcomes
+    assert run.error.startswith("the reference does not pass (fail: updated weights, averaged gradients)") and not run.outcomes
     assert report.exit_status([run]) == 2
 
 
@@ -185,7 +185,7 @@ def test_the_cli_prints_json_and_exits_0_when_every_mutant_is_killed(capsys):
     [p3] = out["puzzles"]
     assert p3["id"] == "p3" and p3["mutants"] == 2 and p3["killed"] == 2 and p3["kill_rate"] == 1.0
     assert {o["operator"] for o in p3["outcomes"]} == {"drop-division", "reduce-op"}
-    assert all(o["killed_by"] == "updated weights" for o in p3["outcomes"])
+    assert all(o["killed_by"] == "updated weights, averaged gradients" for o in p3["outcomes"])
 
 
 def test_the_cli_exits_1_on_a_survivor_and_2_on_bad_usage(capsys, instructors_p3):

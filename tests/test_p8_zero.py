@@ -5,6 +5,7 @@ tests/alternatives/.)"""
 import torch
 
 from grader.backends.learner_code import load_module
+from grader.core.compare import REL_TOL
 from grader.backends.simulator import observe
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
@@ -26,3 +27,19 @@ def test_zero2_optimizer_state_equals_the_formula_exactly():
     module = load_module(REPO / "solutions" / SPEC.filename)
     obs = observe(SPEC, module, SPEC.make_inputs(0), 0)
     assert [r["state_bytes"] for r in obs.results] == [24 * p8.PSI // p8.N] * p8.N == [49152] * 4
+
+
+def test_every_replayed_mistake_is_far_from_the_reference():
+    """A replay that matched torch's Adam would name a mistake in a right answer: each must differ from it by more
+    than the weights' tolerance."""
+    inputs = SPEC.make_inputs(4)
+    right = p8.flat(p8.torch_adam(inputs["layers"], inputs["batches"], p8.LR, p8.BETAS, p8.EPS))
+    for knobs, _ in p8.REPLAYED:
+        wrong = p8.flat(p8.adam_serial(inputs["layers"], inputs["batches"], p8.LR, p8.BETAS, p8.EPS, **knobs))
+        assert (wrong - right).abs().max() > 10 * REL_TOL * max(1.0, right.abs().max().item()), knobs
+
+
+def test_the_master_shard_is_found_at_its_offset_on_every_rank():
+    module = load_module(REPO / "solutions" / SPEC.filename)
+    obs = observe(SPEC, module, SPEC.make_inputs(0), 0)
+    assert [[f["offset"] for f in r["master_at_start"]] for r in obs.results] == [[r * p8.SHARD] for r in range(p8.N)]

@@ -25,14 +25,14 @@ ALL = len(SPECS)
 
 
 def can_build_here() -> bool:
-    """Whether this interpreter can build the wheel itself, with no download: setuptools 70.1 or newer builds
-    wheels on its own; an older one needs the `wheel` package."""
+    """Whether this interpreter can build the wheel itself, with no download: setuptools 77 or newer (it builds
+    wheels on its own, and reads the license as pyproject.toml writes it)."""
     try:
         import setuptools
     except ImportError:
         return False
     version = tuple(int(part) for part in setuptools.__version__.split(".")[:2] if part.isdigit())
-    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+    return version >= (77, 0)  # pyproject's build-system: the license as an SPDX string
 
 
 def build_wheel(tmp_path):
@@ -63,6 +63,10 @@ def test_the_wheel_grades_stubs_solutions_and_the_notebook_outside_the_repositor
                       for p in (REPO / top).rglob("__init__.py"))
     assert all(f"{p}/__init__.py" in names for p in packages), sorted(set(packages) - {n.rsplit("/", 1)[0] for n in names})
     assert not any(n.startswith(("solutions/", "tests/")) for n in names)
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+    assert "Requires-Dist: pytest" in requires, requires  # no `extra ==` marker: `pip install .` brings it
 
     python = fresh_venv(tmp_path / "venv")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
@@ -90,3 +94,24 @@ def test_the_wheel_grades_stubs_solutions_and_the_notebook_outside_the_repositor
     assert proc.returncode == 2 and "installed package" in proc.stderr and "python -m grader check FOLDER" in proc.stderr
     proc = run(python, "-m", "grader", "build", cwd=work)
     assert proc.returncode == 2 and "not a checkout" in proc.stderr
+
+
+def test_pip_install_brings_pytest_and_the_metadata_reads_without_a_deprecation():
+    """Learners self-grade with plain `pytest` right after the README's first command, `pip install -e .`: pytest
+    is a dependency of the package itself, not of an extra. And setuptools reads pyproject.toml without a
+    deprecation warning (the license as a table stops being accepted on 2027-02-18: a Gradescope image built
+    after that would fail in setup.sh)."""
+    import tomllib
+    import warnings
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "pytest" in pyproject["project"]["dependencies"]
+    readme = (REPO / "README.md").read_text()
+    assert "pip install -e . " in readme.split("```bash", 1)[1].split("```", 1)[0]  # the first command
+    from setuptools.config import pyprojecttoml
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pyprojecttoml.apply_configuration(Distribution(), REPO / "pyproject.toml")
+    assert [str(w.message)[:120] for w in caught if "Deprecat" in w.category.__name__] == []

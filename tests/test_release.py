@@ -48,7 +48,9 @@ def test_the_copy_holds_what_a_learner_needs_and_nothing_else(instructor, copy):
     files = files_of(copy)
     top = {name.split("/")[0] for name in files}
     assert top == {"README.md", "grader", "puzzles", "puzzles.ipynb", "puzzles-standalone.ipynb", "pyproject.toml",
-                   "conftest.py", "tests"}
+                   "conftest.py", "tests", ".gitignore"}
+    assert ".venv/" in files[".gitignore"].decode().splitlines()  # a learner's commits leave their venv out
+    assert not any(n.startswith("grader/frontends/mutate/") for n in files)  # the instructor's tool and its data
     assert sorted(n for n in files if n.startswith("tests/")) == ["tests/conftest.py", "tests/test_puzzles.py"]
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in files)
     for path, text in build.planned_files(instructor).items():  # generated, not the instructor's solved p3
@@ -120,7 +122,73 @@ def test_the_learner_readme_has_the_learner_sections_only():
                            f"are left out of the learner's README): {unknown}")
     assert "For instructors" not in readme and "solutions/" not in readme and "BEGIN SOLUTION" not in readme
     assert "check solutions" not in readme and release.COPY_NOTE in readme
-    assert "## Quickstart" in readme and "`dist` offers" in readme
+    assert "## Quickstart" in readme and "`dist` offers" in readme and "## What to hand in" in readme
+    assert '.[dev]' not in readme and "pytest tests" not in readme and "docs/" not in readme  # nothing for developers
+
+
+MIN_LENGTH = 24  # shorter lines of a region (`loss.backward()`, `else:`) are everyone's code
+# Lines of solution regions that the package holds by design, each with its reason. Anything else found is a leak.
+SHARED = {
+    "for i, (w1, w2) in enumerate(layers):": "p1's spec: the serial reference walks the blocks as the answer does; "
+                                              "release.py's comment quotes it for that reason",
+    "return tp + T * dp + T * D * pp": "p11's layout, rank = tp + 2·dp + 4·pp, which the puzzle's text states",
+}
+
+
+def normalized(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def readable(name: str, data) -> str:
+    """What a learner reads in a file: a notebook's cells, any other file's text."""
+    data = data if isinstance(data, bytes) else data.encode()
+    return "\n".join(sources(name, data))
+
+
+def distinctive_lines(root: Path) -> dict[str, str]:
+    """{line: its solution file} for every line of a solution region of MIN_LENGTH or more characters that the
+    stubs (stories included) do not show anyway."""
+    stubs = normalized("\n".join(build.planned_files(root).values()))
+    return {normalized(line): name for name, regions in release.solution_regions(root).items()
+            for region in regions for line in region
+            if len(normalized(line)) >= MIN_LENGTH and normalized(line) not in stubs}
+
+
+def solution_lines_in(files: dict, root: Path) -> list[str]:
+    lines = distinctive_lines(root)
+    found = []
+    for name, data in release.unpacked(files).items():
+        text = normalized(readable(name, data))
+        found += [f"{name}: {line!r} (solutions/{where})" for line, where in lines.items()
+                  if line in text and line not in SHARED]
+    return found
+
+
+def test_no_distinctive_line_of_a_solution_ships_in_the_copy_the_bundle_or_the_embedded_package(instructor, copy):
+    """equivalents.py (the reviewed mutants of `grader mutate`) quoted p6's schedule, p11's layout, ...: a learner
+    could read parts of the answers in the release, the Gradescope bundle and the standalone notebook's package."""
+    from grader.frontends.notebooks.standalone import package_files as embedded
+    from grader.frontends.reports.gradescope_bundle import bundle_files
+
+    assert len(distinctive_lines(instructor)) > 150  # the check looks at most of each answer
+    assert solution_lines_in(files_of(copy), instructor) == []
+    assert solution_lines_in(bundle_files(instructor, {}, "2.13.0"), instructor) == []
+    assert solution_lines_in(embedded(), instructor) == []
+
+
+def test_the_line_finder_finds_the_instructors_mutants(instructor):
+    equivalents = instructor / "grader" / "frontends" / "mutate" / "equivalents.py"
+    found = solution_lines_in({"grader/frontends/mutate/equivalents.py": equivalents.read_bytes()}, instructor)
+    assert len(found) > 10 and any("p6_one_f_one_b.py" in f for f in found), found
+
+
+def test_the_copys_build_and_help_say_what_they_are(copy, tmp_path):
+    own = tmp_path / "class"
+    shutil.copytree(copy, own)
+    proc = run_in(own, "-m", "grader", "build")
+    assert proc.returncode == 2 and "build is the instructor's" in proc.stderr and "puzzles/" in proc.stderr
+    listed = run_in(own, "-m", "grader", "--help").stdout
+    assert "mutate" not in listed and "check" in listed
 
 
 def run_in(folder: Path, *args):

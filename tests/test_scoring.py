@@ -2,6 +2,8 @@
 for, weights files that say what is wrong with them, and no points for anything that did not pass."""
 
 import json
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
@@ -15,6 +17,7 @@ from grader.frontends.reports.scoring import (
     reason_of,
     score_puzzle,
     score_row,
+    shares,
 )
 from grader.specs import SPECS
 
@@ -31,9 +34,29 @@ P3_HALF = result("p3", FAIL, [("updated weights", False), ("all-reduce volume", 
 
 
 def test_default_points_share_100_equally_over_the_graded_puzzles():
-    assert Weights().points(IDS) == {p: 100 / len(IDS) for p in IDS}
-    assert sum(Weights().points(IDS).values()) == pytest.approx(100)
+    points = Weights().points(IDS)
+    assert sum(points.values()) == 100  # exactly: decimals, not floats
+    assert all(abs(v - Decimal(100) / len(IDS)) < Decimal("0.01") for v in points.values()), points
+    assert all(v == v.quantize(Decimal("0.01")) for v in points.values())
     assert Weights().points(["p3", "p8"]) == {"p3": 50, "p8": 50}  # `-p p3 -p p8`: 2 graded puzzles
+
+
+@pytest.mark.parametrize("whole, weights, expected", [
+    ("100", [1] * 12, ["8.34"] * 4 + ["8.33"] * 8),
+    ("100", [1, 1, 1], ["33.34", "33.33", "33.33"]),
+    ("10", [2, 1], ["6.67", "3.33"]),
+    ("1", [1] * 3, ["0.34", "0.33", "0.33"]),
+    ("7.5", [0, 1], ["0", "7.50"]),
+])
+def test_shares_are_exact_decimals_by_the_largest_remainder(whole, weights, expected):
+    got = shares(Decimal(whole), [Fraction(w) for w in weights])
+    assert got == [Decimal(e) for e in expected] and sum(got) == Decimal(whole)
+
+
+def test_a_total_finer_than_the_points_unit_is_refused():
+    with pytest.raises(WeightsError, match="at most 2 decimals"):
+        parse_weights({"total": 33.333})
+    assert parse_weights({"total": 0.1}).total == Decimal("0.1")  # a tenth, exactly
 
 
 def test_by_default_a_puzzle_earns_its_points_only_when_every_check_passes():
@@ -70,8 +93,8 @@ def test_a_weighted_check_missing_from_a_result_counts_as_failed_not_as_free_poi
 def test_puzzle_weights_are_relative_and_the_total_is_kept():
     w = parse_weights({"total": 40, "p8": {"weight": 2}, "p1": {"weight": 0}})
     points = w.points(IDS)
-    assert points["p8"] == 2 * points["p3"] and points["p1"] == 0
-    assert sum(points.values()) == pytest.approx(40)
+    assert abs(points["p8"] - 2 * points["p3"]) <= Decimal("0.02") and points["p1"] == 0  # 6.67 and 3.33 or 3.34
+    assert sum(points.values()) == 40
 
 
 def test_a_row_without_puzzle_results_scores_zero_for_every_graded_puzzle():
@@ -122,7 +145,7 @@ def test_weights_files_in_toml_and_json_read_the_same(tmp_path):
     js.write_text(json.dumps({"total": 50, "p8": {"weight": 2, "partial_credit": True,
                                                   "checks": {"optimizer state": 3}}}))
     assert load_weights(toml) == load_weights(js)
-    assert load_weights(toml).describe(["p3", "p8"])["puzzles"]["p8"]["points"] == pytest.approx(100 / 3)
+    assert load_weights(toml).describe(["p3", "p8"])["puzzles"]["p8"]["points"] == 33.33  # 2/3 of 50 (p3: 16.67)
     assert load_weights(None) == Weights()
     (tmp_path / "bad.toml").write_text("total = \n")
     with pytest.raises(WeightsError, match="not valid TOML"):

@@ -116,6 +116,41 @@ def test_polling_a_recv_handle_that_nobody_can_complete_is_an_error_not_a_hang()
     assert_mentions(str(info.value), "rank 1 polls is_completed()", site("polls"), "call work.wait()")
 
 
+def test_one_look_at_a_handle_that_nobody_can_complete_yet_is_not_a_loop():
+    """A rank that polls a send once and moves on, while no other rank can move (rank 1 waits for it at a barrier
+    and posts its recv only after), is no spin: gloo runs it, and so must the simulator (issue 19: p6 answers that
+    look at each send once)."""
+    def fn(dist):
+        x = torch.ones(2, dtype=torch.float64)
+        if dist.get_rank() == 1:
+            dist.barrier()
+            dist.recv(x, 0)
+            return x.tolist()
+        w = dist.isend(x * 2, 1)
+        looked = w.is_completed()  # one look while rank 1 sits in the barrier
+        dist.barrier()
+        w.wait()
+        return looked
+
+    assert sim.run(fn, 2).results == [False, [2.0, 2.0]]
+
+
+def test_polling_two_handles_in_turn_that_nobody_can_complete_is_an_error_not_a_hang():
+    def fn(dist):
+        x, y = torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+        if dist.get_rank() == 0:
+            dist.send(x, 1)
+            return
+        works = [dist.irecv(x, 0), dist.irecv(y, 0)]
+        while not any(w.is_completed() for w in works):  # spins
+            pass
+
+    with pytest.raises(sim.WorkError) as info:
+        sim.run(fn, 2, timeout=5)
+    assert_mentions(str(info.value), "rank 1 polls is_completed()", site("spins"), "again, with no other call",
+                    "call work.wait()")
+
+
 def test_a_collective_handle_says_complete_once_every_rank_has_arrived():
     def fn(dist):
         x = torch.ones(2, dtype=torch.float64)

@@ -58,3 +58,20 @@ def test_the_standalone_notebook_runs_alone(solved, isolated, tmp_path, monkeypa
     where = nb.cells[-1].outputs[0].text
     assert where.count(str(isolated / "tmp")) == 2, where  # the package came out of the notebook
     assert str(REPO) not in where
+
+
+def test_the_notebook_exported_to_html_does_not_show_the_package_it_carries():
+    """nbconvert (HTML, PDF) is how notebooks are shared and printed: the setup cell's ~440 KB of base64 opened
+    the page. Its source is left out of what renders; the rest of the notebook is all there."""
+    from nbconvert import HTMLExporter
+
+    standalone = nbformat.read(str(REPO / STANDALONE_NOTEBOOK), as_version=4)
+    plain = nbformat.read(str(REPO / "puzzles.ipynb"), as_version=4)
+    nbformat.validate(standalone)
+    page, _ = HTMLExporter().from_notebook_node(standalone)
+    setup = next(c for c in standalone.cells if c.get("id") == "setup")
+    payload = setup.source.split("_PACKAGE = (", 1)[1].split('"')[1]
+    assert len(payload) == 100 and payload not in page
+    assert len(page) < len(HTMLExporter().from_notebook_node(plain)[0]) + 20_000, len(page)
+    story = next(c for c in standalone.cells if c.get("id") == "p3-story")
+    assert story.source.splitlines()[0].lstrip("# ") in page  # the stories still render

@@ -20,6 +20,7 @@ from puzzles import sim
 
 from ..core.result import ERROR, NOT_ATTEMPTED, PARTIAL, PuzzleResult
 from ..core.spec import PuzzleSpec
+from .error_causes import likely_cause
 
 GRADER_DIR = Path(__file__).resolve().parent.parent
 HARNESS_FILES = tuple(str(p) for p in GRADER_DIR.rglob("*.py"))  # the grader's own code: its lines are "[harness]"
@@ -78,7 +79,8 @@ def load_puzzle(spec: PuzzleSpec, path: Path):
 
 
 def describe_exception(exc: BaseException, learner_file=None) -> str:
-    """'ValueError: boom' plus the learner's own frames (file:line: code), and the simulator's note on the rank."""
+    """'ValueError: boom' plus the learner's own frames (file:line: code), the simulator's note on the rank, and
+    the likely cause when the error and its line single one out (error_causes.py)."""
     head = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
     internal = (os.path.dirname(sim.__file__) + os.sep + "simulator", sim.__file__,
@@ -90,6 +92,9 @@ def describe_exception(exc: BaseException, learner_file=None) -> str:
     lines = [head] + [f"  at {os.path.basename(f.filename)}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
                       for f in mine[-4:]]
     lines += list(getattr(exc, "__notes__", []))
+    cause = likely_cause(exc, (mine[-1].line or "") if mine else "")
+    if cause:
+        lines.append(f"likely cause: {cause}")
     return "\n".join(lines)
 
 

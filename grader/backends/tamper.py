@@ -16,7 +16,7 @@ allowed to grow, not to change what they already held, and their new entries are
 What this cannot do: a determined learner with the whole process at hand (gc.get_objects, ctypes) can still
 forge state that leaves every identity in place. The ledger's figures are cross-checked separately (its own
 timeline, the storages it tracks: puzzles/simulator/memory.py), and `batch` grades each submission in a
-sandboxed child whose results the parent re-derives (README, "Grading for credit").
+sandboxed child whose results the parent re-derives (docs/grading.md, "Grading for credit").
 """
 
 from __future__ import annotations

@@ -49,9 +49,26 @@ def console(results: list[PuzzleResult], target: str, seed: int, verbose: bool =
         out += detail_lines(r, verbose)
     out += ["", counts_line(results)]
     if all(r.status == NOT_ATTEMPTED for r in results):
-        out.append("To start: read the story at the top of a puzzle file (puzzles/p1_checkpointing.py, ...), replace "
-                   "its `raise NotImplementedError` with your code, and run this again (or open puzzles.ipynb).")
+        out.append(how_to_start(target))
     return "\n".join(out)
+
+
+def how_to_start(target: str) -> str:
+    """What to do first, said for where the learner works: a notebook, or the puzzle files."""
+    if str(target).endswith(".ipynb"):
+        name = str(target).replace("\\", "/").rsplit("/", 1)[-1]
+        return (f"To start: open {name}, read a puzzle's story, write your answer in the code cell under it (replace "
+                f"its `raise NotImplementedError`), run that cell, then its check cell (or run this again).")
+    return ("To start: read the story at the top of a puzzle file (puzzles/p1_checkpointing.py, ...), replace its "
+            "`raise NotImplementedError` with your code, and run this again (or open puzzles.ipynb).")
+
+
+def stated_budget(check) -> str:
+    """The check's budget as a line of its own, or "" when there is none or the message already states it (most
+    messages say "within the budget FORMULA = VALUE": printed again beneath, each budget read twice)."""
+    if check.budget is None or check.budget.formula in check.message:
+        return ""
+    return check.budget.describe()
 
 
 def counts_line(results: list[PuzzleResult]) -> str:
@@ -83,7 +100,7 @@ def to_html(r: PuzzleResult, seed: int) -> str:
     rows = []
     for c in r.checks:
         mark = "&#9675;" if c.simulator_only else "&#10004;" if c.passed else "&#10008;"
-        budget = f"<br><small>budget: {html.escape(c.budget.describe())}</small>" if c.budget else ""
+        budget = f"<br><small>budget: {html.escape(stated_budget(c))}</small>" if stated_budget(c) else ""
         diag = (f"<br><b>likely cause:</b> {html.escape(c.diagnosis)}" if c.diagnosis else "")
         rows.append(f"<tr><td style='color:{'#1a7f37' if c.passed else '#cf222e'};{_CELL}'>{mark}</td>"
                     f"<td style='{_CELL}'><b>{html.escape(c.name)}</b></td>"

@@ -8,9 +8,12 @@
     stubs.py          the `# BEGIN SOLUTION` / `# END SOLUTION` convention: solutions -> stubs
     build.py          `build`: regenerate the stubs and the notebooks, never over a learner's edits; `--check`
     release.py        `release OUT`: the student copy (stubs, notebooks, self-grading tests; no solutions)
+    shipping.py       what ships to learners (release, Gradescope bundle, standalone notebook) and what stays here
+    handed_in.py      where the work is in what a learner hands in (batch and Gradescope alike)
     batch/            `batch`: grading a class for credit, each puzzle in a jail of its own
     reports/          what `batch` writes: points, CSV, JSON, feedback files, Gradescope's results and bundle
-    mutate/           `mutate`: mutation testing of the grader (mutants of solutions/, graded in children)
+    mutate/           `mutate`: mutation testing of the grader (mutants of solutions/, graded in children); the
+                      instructor's only: it never ships (shipping.py)
     launch.py         torchrun's entry point (public as grader.launch)
     plots/            memory timelines and schedules (matplotlib, no pyplot)
 """

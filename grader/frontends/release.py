@@ -22,13 +22,25 @@ from pathlib import Path
 import nbformat
 
 from . import build
+from .notebooks.standalone import embedded_files
+from .shipping import shipped
 from .stubs import BEGIN, END
 
 # The README's sections by heading: the learner's are copied, the instructor's left out. A heading in neither
 # list is left out too (and named by the command), so that new instructor material never ships by accident.
-LEARNER_SECTIONS = ("Quickstart", "Solving the puzzles", "How grading works", "The simulator",
-                    "Running on real torch.distributed")
-INSTRUCTOR_SECTIONS = ("For instructors", "Grading for credit", "Benchmarks", "Development")
+LEARNER_SECTIONS = ("Quickstart", "Solving the puzzles", "What to hand in", "How grading works", "The clock",
+                    "The simulator", "Running on real torch.distributed")
+INSTRUCTOR_SECTIONS = ("For instructors",)  # its links point to docs/, which stays the instructor's
+
+# Keeps a learner's environment and caches out of their commits (a copy is often pushed to a repository).
+GITIGNORE = """.venv/
+venv/
+__pycache__/
+*.pyc
+*.egg-info/
+.ipynb_checkpoints/
+.pytest_cache/
+"""
 
 COPY_NOTE = ("This is your copy of the puzzles: `puzzles/` holds the files you fill in, `puzzles.ipynb` the same "
              "puzzles as a notebook, and `pytest` or `python -m grader` grades them (a puzzle you have not started "
@@ -47,6 +59,7 @@ def released_files(root: Path) -> dict[str, str | bytes]:
     files[build.STANDALONE_NOTEBOOK] = build.notebook_text(build.fresh_notebook(root, standalone=True))
     for rel in SELF_GRADING_TESTS:
         files[rel] = (root / rel).read_bytes()
+    files[".gitignore"] = GITIGNORE
     return files
 
 
@@ -57,7 +70,7 @@ def package_files(root: Path) -> dict[str, str | bytes]:
     for package in ("grader", "puzzles"):
         for path in sorted((root / package).rglob("*")):
             rel = path.relative_to(root)
-            if path.is_file() and _shipped(rel):
+            if path.is_file() and shipped(rel):
                 files[rel.as_posix()] = path.read_bytes()
     files = {rel: data for rel, data in files.items()
              if not (rel.startswith("puzzles/") and rel.count("/") == 1 and _PUZZLE_FILE.match(rel[8:]))}
@@ -66,11 +79,6 @@ def package_files(root: Path) -> dict[str, str | bytes]:
     files["pyproject.toml"] = (root / "pyproject.toml").read_bytes()
     files["README.md"] = learner_readme((root / "README.md").read_text())[0]
     return files
-
-
-def _shipped(rel: Path) -> bool:
-    return not any(part.startswith(".") or part == "__pycache__" or part.endswith(".egg-info") for part in rel.parts) \
-        and rel.suffix not in (".pyc", ".pyo")
 
 
 def learner_readme(text: str) -> tuple[str, list[str]]:
@@ -85,8 +93,10 @@ def learner_readme(text: str) -> tuple[str, list[str]]:
         elif heading not in INSTRUCTOR_SECTIONS:
             unknown.append(heading)
     readme = "".join(kept).rstrip() + "\n"
-    # The copy has no solutions/ to grade: its examples grade the learner's own files.
+    # The copy has no solutions/ to grade, nor docs/: its examples grade the learner's own files, and a link to
+    # the instructor's documents becomes plain words.
     readme = re.sub(r"(check|--target) solutions\b", r"\1 puzzles", readme)
+    readme = re.sub(r"\[([^\]]+)\]\(docs/[^)]*\)", r"your instructor's documents", readme)
     return readme, unknown
 
 
@@ -120,10 +130,24 @@ WINDOW = 3  # consecutive lines of a solution region that make a leak; two can b
 #             serial reference shares `for i, (w1, w2) in enumerate(layers):` / `if i % k == 0:` with p1's)
 
 
+def unpacked(files: dict[str, str | bytes]) -> dict[str, str | bytes]:
+    """The files, and beside each notebook the files of the package its setup cell carries (the standalone
+    notebook's), as NOTEBOOK!path: what a learner can read in the copy, not only what it shows."""
+    out = dict(files)
+    for rel, data in files.items():
+        if rel.endswith(".ipynb"):
+            text = data.decode(errors="replace") if isinstance(data, bytes) else data
+            for cell in nbformat.reads(text, as_version=4).cells:
+                out.update({f"{rel}!{name}": body for name, body in embedded_files(cell.source).items()})
+    return out
+
+
 def solution_leaks(files: dict[str, str | bytes], root: Path) -> list[str]:
-    """What of solutions/ the files give away: a solution file's content, a BEGIN/END SOLUTION marker line, or
-    WINDOW consecutive lines of code of a solution region, whatever their indentation (a region shorter than
-    that, like p4's `return grad, None`, cannot be told from ordinary code and is not looked for)."""
+    """What of solutions/ the files give away (a notebook's embedded package included): a solution file's
+    content, a BEGIN/END SOLUTION marker line, or WINDOW consecutive lines of code of a solution region, whatever
+    their indentation (a region shorter than that, like p4's `return grad, None`, cannot be told from ordinary
+    code and is not looked for; tests/test_release.py looks for single distinctive lines too)."""
+    files = unpacked(files)
     solutions = {p.read_bytes() for p in (root / "solutions").glob("*.py")}
     windows = {tuple(region[i:i + WINDOW]): name for name, found in solution_regions(root).items()
                for region in found for i in range(len(region) - WINDOW + 1)}

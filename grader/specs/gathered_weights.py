@@ -9,7 +9,9 @@ then records, at that call:
                which a copy of the weights cannot hide from;
     forward    True before the first collective that carries a layer's gradient (a reduce-scatter or an
                all-reduce of at least a layer's bytes: a small one cannot end the window early): the forward,
-               and the first gather of the backward.
+               and the first gather of the backward;
+    layer      for a gather whose input is one of the shards the rank was handed (or a view of one), its index:
+               the order the layers were gathered in (None for any other call).
 The same wrapper works on torch.distributed, since it only wraps the handle (p2's CollectiveWatch does the same).
 """
 
@@ -43,6 +45,7 @@ class Records:
 
     def __init__(self, shards, layer_bytes: int):
         self.shard_bytes = sum(s.untyped_storage().nbytes() for s in shards)
+        self.shard_keys = [s.untyped_storage()._cdata for s in shards]
         self.layer_bytes = layer_bytes
         self.noted: dict[int, tuple] = {}  # storage key -> (weak reference to the storage, its bytes)
         self.forward = True
@@ -61,7 +64,17 @@ class Records:
             self.forward = False  # a layer's gradient is on its way: the backward has begun
         alive = sum(n for ref, n in self.noted.values() if ref() is not None)
         self.held.append({"kind": name, "gathered": self.shard_bytes + alive, "beyond": memory_now() - self.base,
-                          "forward": self.forward})
+                          "forward": self.forward, "layer": self.layer_of(name, args, kwargs)})
+
+    def layer_of(self, name, args, kwargs) -> int | None:
+        """The index of the shard a gather's input is (or views), else None."""
+        if name not in ("all_gather_into_tensor", "all_gather"):
+            return None
+        inp = args[1] if len(args) > 1 else kwargs.get("input_tensor", kwargs.get("tensor"))
+        if not hasattr(inp, "untyped_storage"):
+            return None
+        key = inp.untyped_storage()._cdata
+        return self.shard_keys.index(key) if key in self.shard_keys else None
 
 
 def watched(dist, shards, layer_bytes: int):

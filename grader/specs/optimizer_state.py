@@ -16,6 +16,7 @@ from __future__ import annotations
 import types
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 MAX_DEPTH = 8  # deep enough for a torch.optim.Adam held by the learner's object (opt.adam.state[p]['exp_avg'])
 _SKIP = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType)
@@ -98,3 +99,24 @@ def changes(before: dict[str, torch.Tensor], obj, extra: dict[str, torch.Tensor]
                 out.append({"path": path, "what": f"{old.dtype}{list(old.shape)}", "numel": old.numel(),
                             "changed": n})
     return out
+
+
+def slices_of(obj, weights, size: int) -> list[dict]:
+    """p8: the optimizer's state tensors of `size` numbers that hold initial weights, right after it was made:
+    [{path, offset}], offset where the tensor equals that slice of the weights flattened in order, or None when its
+    numbers all come from the weights but not as one slice. The grader's own work: off the ledger and the clock."""
+    found = []
+    with torch.no_grad(), _disable_current_modes():
+        flat = torch.cat([w.detach().reshape(-1) for w in weights])
+        theirs = {w.untyped_storage().data_ptr() for w in weights}
+        for path, t in state_tensors(obj):
+            if t.numel() != size or not t.is_floating_point() or t.dtype != flat.dtype or \
+                    t.untyped_storage().data_ptr() in theirs:  # the weights themselves (here each is Ψ/N numbers)
+                continue
+            values = t.detach().reshape(-1)
+            if not values.any() or not torch.isin(values, flat).all():
+                continue  # zeros (m, v) or numbers that are not the weights'
+            starts = (flat[:flat.numel() - size + 1] == values[0]).nonzero().reshape(-1).tolist()
+            offset = next((a for a in starts if torch.equal(flat[a:a + size], values)), None)
+            found.append({"path": path, "offset": offset})
+    return found

@@ -6,7 +6,8 @@ alive at every collective (gathered_weights.py: storages, whatever views the ans
 the inputs at every collective of the forward (the ledger: copies of the weights cannot hide); each rank's FLOPs
 (its 1/N share, nothing recomputed); the bytes sent, which must be ZeRO-3's volume exactly (fewer: a gather
 skipped, the weights kept as ZeRO-2 keeps them); and the makespan on the simulated clock (the prefetch).
-SGD, not Adam: the rules are about the weights and their gradients, and SGD shows every gradient mistake at full
+Wrong shards are named by the step they took, or by the order the rank gathered its layers in (the watch notes
+which shard each gather carries). SGD, not Adam: the rules are about the weights and their gradients, and SGD shows every gradient mistake at full
 size, where Adam's near scale-invariance hides a forgotten average (puzzle 8 has Adam and its state).
 """
 
@@ -178,16 +179,20 @@ class Fsdp(PuzzleSpec):
             for i, expected in enumerate(ref["shards"][r]):
                 pairs.append((f"rank {r}: shards[{i}] (layer {i})", got[i] if i < len(got) else None, expected, (r, i)))
         return values_check("weights after the step", pairs, "shards after one SGD step",
-                            lambda bad: self.diagnose_values(bad, inputs))
+                            lambda bad: self.diagnose_values(bad, inputs, obs))
 
     @staticmethod
-    def diagnose_values(bad, inputs) -> str:
-        """Name the mistake from the first shard that is off, by the step it took."""
+    def diagnose_values(bad, inputs, obs: Observation) -> str:
+        """Name the mistake from the first shard that is off, by the step it took, or by the layers its rank
+        gathered."""
         rank, i = bad[0].meta
         got, expected = bad[0].got, bad[0].expected
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.dtype != expected.dtype or \
                 not torch.isfinite(got).all():
             return ""
+        order = gather_order(obs.results[rank])
+        if order is not None:
+            return order
         start = flat_layer(*inputs["layers"][i]).chunk(N)[rank]
         if torch.equal(got, start):
             return (f"rank {rank}'s shard of layer {i} is unchanged: update the shards in place "
@@ -199,7 +204,13 @@ class Fsdp(PuzzleSpec):
                 return (f"the step is {N} times too large: reduce_scatter_tensor sums the ranks' gradients; divide "
                         f"by N = {N} for the average")
             if abs(k - 1 / N) < 1e-6:
-                return f"the step is {N} times too small: the gradient shard was averaged twice"
+                return (f"the step is {N} times too small: the gradient shard was averaged twice, or the loss's "
+                        f"gradient divided by the whole batch (N·b = {N * ROWS} rows) instead of this rank's "
+                        f"b = {ROWS}: d loss/dy = 2·(y - target)/b on this rank's rows, and the reduce-scatter's sum "
+                        f"divided by N averages it")
+            if abs(k - 1 / 2) < 1e-6:
+                return ("the step is exactly half the serial one: the loss's gradient is d loss/dy = "
+                        "2·(y - target)/b, the squared error's derivative: was the 2 left out?")
         return ""
 
     def check_gathered(self, obs: Observation, budget: Budget) -> Check:
@@ -304,6 +315,24 @@ class Fsdp(PuzzleSpec):
             return (f"{exposed_r} of rank 0's reduce-scatters ran while it computed nothing: launch them with "
                     f"async_op=True and wait for each after the next layer's backward")
         return ""
+
+
+def gather_order(res) -> str | None:
+    """What the order a rank gathered its layers in says, when it is a wrong order of the right number of gathers
+    (each layer twice, as it is used: 0..L-1, L-1..0), else None."""
+    used = [*range(L), *reversed(range(L))]
+    got = [h["layer"] for h in res.get("held", []) if h.get("layer") is not None] if isinstance(res, dict) else []
+    if len(got) != len(used) or got == used:
+        return None
+    shown = f"the layers were gathered in the order {got}, where they are used in the order {used}"
+    if got[1:] == used[:-1] or got[:-1] == used[1:]:
+        which = "the layer just used" if got[1:] == used[:-1] else "the layer after next"
+        return (f"{shown}: every gather fetched {which} instead of the next one, so each layer computed with another "
+                f"layer's weights: the prefetch is one layer off (gather the layer at position j + 1 of that order "
+                f"while the one at j computes)")
+    times = [got.count(i) for i in range(L)]
+    often = "; " + ", ".join(f"layer {i} {n} times" for i, n in enumerate(times) if n != 2) if times != [2] * L else ""
+    return f"{shown}{often}: some layer computed with another layer's weights"
 
 
 SPEC = Fsdp()

@@ -26,7 +26,7 @@ from .three_d_layout import (ACT, BACKWARD, BR, COST, D, DIM, DP_BYTES, FORWARD,
                              TP_BYTES, W_RANK, WORLD, B, H, L, P, T, coords, detached, dp_ranks, groups_of, rows,
                              serial, shard, sliced, tp_ranks)
 
-TOLERANCE = Fraction(1, 200)  # half a point above (p-1)/(m+p-1), for the 1-tick all-reduces and sends
+TOLERANCE = Fraction(1, 100)  # a point above (p-1)/(m+p-1): the 1-tick all-reduces and sends, f's and g's copies
 WORK_SLACK = Fraction(1, 20)  # a rank's compute within 5% of its stage's work is that work (clones, a cat)
 # weights, their gradients, x (or target) and dx; then the larger of what GPipe holds (m microbatches' activations
 # and a weight's fresh gradient) and a flat copy of the gradients for their all-reduce (which comes after); slack A
@@ -90,7 +90,7 @@ class ThreeDParallel(PuzzleSpec):
                               f"{BACKWARD.flops:,} its backward; the last stage's loss, LF + LB = "
                               f"{(LOSS_FORWARD + LOSS_BACKWARD).flops:,}; room for one elementwise op over the "
                               "rank's gradients and each microbatch's gradient)", SHARE_FLOPS, "count"),
-            "bubble": Budget("bubble", "(p-1)/(m+p-1) + 0.5 points = 1/5 + 0.005",
+            "bubble": Budget("bubble", "(p-1)/(m+p-1) + 1 point = 1/5 + 0.01",
                              float(Fraction(P - 1, M + P - 1) + TOLERANCE), "fraction"),
         }
 
@@ -258,6 +258,16 @@ class ThreeDParallel(PuzzleSpec):
             if abs(k - M) < 1e-6:
                 return (f"exactly {M}x the reference everywhere: the microbatch losses were added, not averaged; "
                         f"scale each microbatch's loss by 1/m = 1/{M}")
+            if abs(k - 1 / D) < 1e-9 and bad_inputs:
+                which = (f"every gradient, the input gradients too, is exactly 1/{D} of the serial one" if bad_grads
+                         else f"the input gradients are exactly 1/{D} of the serial ones, the weight gradients right")
+                summed = ("" if bad_grads else " (and the weight gradients summed over the replicas, not averaged, "
+                                               "which made up for it on the weights)")
+                return (f"{which}: each microbatch's loss was divided by {D} more than by m, by the number of "
+                        f"replicas for the whole batch's mean{summed}? A replica's loss is the mean over its own "
+                        f"rows, loss_fn(y, target_i) / m (the input gradients are of it); averaging the weight "
+                        f"gradients over the {D} replicas makes the full-batch mean. ({D} is also the number of "
+                        f"stages and of tensor-parallel ranks here: a division by either does the same)")
             return f"every wrong gradient is exactly {k:g}x the serial one"
         if bad_grads and not bad_inputs and all(self.is_local(obs, ref, m[0]) for m, _, _ in bad_grads):
             return ("the weight gradients are each replica's own, never combined: all-reduce them on the "

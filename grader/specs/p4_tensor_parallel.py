@@ -16,7 +16,7 @@ from puzzles.sim import CostModel
 
 from ..core.compare import values_check
 from ..core.result import Budget, Check, fmt
-from ..core.rules import communication_check, compute_check
+from ..core.rules import communication_check, compute_check, sent
 from ..core.spec import Observation, PuzzleSpec, pair_at
 from .costs import block_costs, loss_costs
 from .tensor_parallel_mistakes import (BACKWARD_MISTAKES, FORWARD_MISTAKES, MODEL_TOL, B, D, H, HS, L, Models, N,
@@ -34,6 +34,18 @@ _BLOCK = block_costs(B, D, HS, COST)
 WORK = L * (_BLOCK[0] + _BLOCK[1]) + loss_costs(B, D, COST)[1]
 ALLOWANCE = L * B * D  # room for bookkeeping: one elementwise op on every block's [B, d] activation
 SHARE_FLOPS = WORK.flops + ALLOWANCE
+
+GATHERED = ("the weights were gathered onto every rank (see forward communication): computed with full weights, f's "
+            "and g's sums no longer add up the pieces they are for, and the values follow from that, not from f or "
+            "g. Keep w1_r and w2_r split: each rank multiplies its own shards, and only the [B, d] activations move")
+
+
+def weights_gathered(obs: Observation) -> bool:
+    """Some rank gathered at least half of the other ranks' weight shards (all-gathers and broadcasts, in either
+    phase): the replays of f's and g's mistakes, which compute with the shards, do not apply."""
+    return any(sum(b for kind, (_, b) in sent(obs, r).items() if kind.startswith(("all_gather", "broadcast")))
+               >= (N - 1) * W // N // 2 for r in range(N))
+
 
 class TensorParallel(PuzzleSpec):
     id, name, title = "p4", "tensor_parallel", "Tensor parallel"
@@ -108,12 +120,12 @@ class TensorParallel(PuzzleSpec):
         models = Models(inputs)
         checks = [
             values_check("output", [(f"rank {r}: y", got[r].get("y"), ref["y"], r) for r in range(N)], "outputs",
-                         lambda bad: self.diagnose_output(bad, got, models)),
+                         lambda bad: self.diagnose_output(bad, got, models, obs)),
             values_check("input gradient", [(f"rank {r}: x.grad", got[r].get("x_grad"), ref["x_grad"], r)
                                             for r in range(N)], "input gradients",
-                         lambda bad: self.diagnose_grads(bad, got, ref, models, "x_grad")),
+                         lambda bad: self.diagnose_grads(bad, got, ref, models, "x_grad", obs)),
             values_check("weight gradients", self.grad_pairs(got, ref), "shard gradients",
-                         lambda bad: self.diagnose_grads(bad, got, ref, models, "grads")),
+                         lambda bad: self.diagnose_grads(bad, got, ref, models, "grads", obs)),
         ]
         budgets = self.budgets(inputs)
         checks.append(compute_check(obs, budgets["compute"], self.diagnose_compute, least=PRODUCT_FLOPS))
@@ -145,16 +157,26 @@ class TensorParallel(PuzzleSpec):
                 return text
         return ""
 
-    def diagnose_output(self, bad, got, models) -> str:
+    def diagnose_output(self, bad, got, models, obs: Observation) -> str:
+        if weights_gathered(obs):
+            return GATHERED
         text = self.matching_mistake(got, models, FORWARD_MISTAKES, ["y"])
         if text:
             return text
+        forward = [sum(b for _, b in sent(obs, r, "forward").values()) for r in range(N)]
+        if all(b == ACTIVATION_ALL_REDUCE for b in forward):
+            return (f"every rank sent in forward exactly one all-reduce of a [B, d] activation, where the model has "
+                    f"L = {L} blocks: the partial outputs were reduced once, at the end. Each block's input must be "
+                    f"the whole output of the block before (every rank's partial sum added), so g all-reduces the "
+                    f"partial output of every block, before its residual add")
         if self.ranks_disagree(got, "y"):
             return ("the ranks disagree on y: after g, every rank must hold the same, complete output (g's forward "
                     "all-reduces the partial outputs)")
         return ""
 
-    def diagnose_grads(self, bad, got, ref, models, key) -> str:
+    def diagnose_grads(self, bad, got, ref, models, key, obs: Observation) -> str:
+        if weights_gathered(obs):
+            return GATHERED
         if not all(matches(g, ref, ["y"]) for g in got):
             return "the output is already wrong (see the output check): fix the forward first"
         text = self.matching_mistake(got, models, BACKWARD_MISTAKES, ["x_grad", "grads"])
@@ -190,9 +212,14 @@ class TensorParallel(PuzzleSpec):
     @staticmethod
     def diagnose_sent(phase, by_kind) -> str:
         """Name the excess from the collectives that carried it."""
-        if any(k.startswith(("all_gather", "broadcast")) for k in by_kind):
-            return ("weights (or activations) were gathered: tensor parallelism keeps each weight split and "
-                    "moves only the [B, d] activations, with one all-reduce per block each way")
+        gathered = sum(b for kind, (_, b) in by_kind.items() if kind.startswith(("all_gather", "broadcast")))
+        if gathered >= (N - 1) * W // N // 2:
+            return (f"the weights were gathered onto every rank ({fmt(gathered, 'bytes')} of gathers, at least half "
+                    f"of the other ranks' shards): tensor parallelism keeps each weight split and moves only the "
+                    f"[B, d] activations, with one all-reduce per block each way")
+        if gathered:
+            return ("activations were gathered: tensor parallelism moves the [B, d] activations with one all-reduce "
+                    "per block each way (g's forward, f's backward)")
         count = by_kind.get("all_reduce", (0, 0))[0]
         if count == 2 * L and phase == "forward":
             return ("two all-reduces per block in forward: f's forward all-reduces as well as g's, or g's all-reduces "

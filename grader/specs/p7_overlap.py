@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from puzzles.sim import CostModel
 
-from ..core.result import Budget
+from ..core.result import Budget, Check
 from ..core.rules import (BOOKKEEPING_BYTES, COMPUTE_CAP, exposed_communication, overlap_check, sent,
                           slow_compute)
 from ..core.spec import Observation
-from .p3_data_parallel import ALL_REDUCE_BYTES, FORWARD_BACKWARD, UPDATE, B, D, DataParallel, H, N
+from .p3_data_parallel import ALL_REDUCE_BYTES, FORWARD_BACKWARD, UPDATE, B, D, DataParallel, H, L, N, _close
 
 ROWS = B // N  # b: rows per rank
 COST = CostModel(latency_ticks=8, bytes_per_tick=512)
@@ -45,8 +45,14 @@ class Overlap(DataParallel):
     entries = ("overlapped_step",)
     cost = COST
     simulator_only = ("makespan",)  # the simulated clock's makespan
+    probes_hooks = True
     hints = ("Launch each gradient's all-reduce with async_op=True from inside backward "
              "(w.register_post_accumulate_grad_hook), keep the handles, and wait for them all after backward.",)
+
+    def expected_gradient(self, got, mean):
+        """The text lets the average be taken in the learning rate (w -= lr / N * w.grad): w.grad may hold the
+        all-reduced sum as well as the average; anything else is compared with the average."""
+        return N * mean if _close(got, N * mean) else mean
 
     def budgets(self, inputs):
         c, a = compute_ticks(), block_all_reduce_ticks()
@@ -59,7 +65,30 @@ class Overlap(DataParallel):
 
     def check(self, obs: Observation, ref, inputs):
         return super().check(obs, ref, inputs) + [overlap_check(obs, self.budgets(inputs)["makespan"], compute_ticks(),
-                                                                self.diagnose_schedule)]
+                                                                self.diagnose_schedule),
+                                                  self.check_hooks(obs)]
+
+    @staticmethod
+    def check_hooks(obs: Observation) -> Check:
+        """The text's rule: the step removes the hooks it registered. The program ran a backward through each
+        returned weight after the step (probe.hooks_that_fire) and stopped any hook it called before its first
+        line."""
+        fired = [(r, res.get("hooks")) for r, res in enumerate(obs.results) if isinstance(res, dict)]
+        left = [(r, hooks) for r, hooks in fired if hooks]
+        weights = 2 * L
+        if not left:
+            return Check("hooks removed", True, f"after the step, a backward through each of the {weights} weights "
+                                                f"fired no hook on any rank")
+        r, hooks = left[0]
+        names = sorted(set(hooks))
+        message = (f"after the step, a backward through each of rank {r}'s {weights} weights still called a hook on "
+                   f"{len(hooks)} of them ({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}); ranks with "
+                   f"hooks left: {[r for r, _ in left]}")
+        return Check("hooks removed", False, message,
+                     diagnosis=("the hooks the step registered are still on the weights, so the next step's backward "
+                                "fires them again (on top of its own: every gradient all-reduced twice, or a handle "
+                                "never waited for). Keep the handle each register_..._hook call returns and remove "
+                                "them before returning (handle.remove())"))
 
     def diagnose_schedule(self, obs: Observation) -> str:
         """Why communication did not hide behind backward, read off rank 0's two streams."""

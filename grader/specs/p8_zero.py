@@ -4,7 +4,10 @@ Three checks: the weights after k Adam steps (against torch.optim.Adam on the se
 a rank keeps between steps (the ledger, after every step, against K·Ψ/N bytes plus bookkeeping, an excess named
 only by its size), and the bytes sent (at most data parallel's all-reduce volume).
 Adam is almost invariant to the scale of the gradient, so a forgotten average changes the weights only through
-eps: a small error, which the float64 comparison still sees and the diagnosis names.
+eps: a small error, which the float64 comparison still sees and the diagnosis names. Wrong weights are named by
+replaying the common mistakes of step() on the serial model (REPLAYED: the scale of the gradient, the bias
+corrections, the place of eps, the learning rate twice, the weights gathered before the update), and a wrong shard
+by what the optimizer held right after it was made (a slice of the initial weights at another offset).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ..core.compare import safe_diagnosis
 from ..core.result import Budget, Check, fmt
 from ..core.rules import BOOKKEEPING_BYTES, communication_check, sized_like
 from ..core.spec import Observation, PuzzleSpec, check_layers
-from .optimizer_state import dtype_counts
+from .optimizer_state import dtype_counts, slices_of
 
 N, B, D, H, L, K_STEPS = 4, 32, 32, 64, 2, 3
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
@@ -28,26 +31,72 @@ BYTES = 8  # float64
 STATE_BYTES_PER_WEIGHT = 3 * BYTES  # K: master + m + v, float64
 COST = CostModel(latency_ticks=8, bytes_per_tick=512)
 VECTOR = BYTES * PSI  # one full-size float64 vector: the flat weights or the flat gradient
+SHARD = PSI // N  # the elements of one rank's shard
 DATA_PARALLEL_BYTES = 2 * (N - 1) * VECTOR // N  # what a rank sends in one all-reduce of the gradients
 
 
-def adam_serial(layers, batches, lr, betas, eps, grad_scale=1.0, bias_correction=True):
-    """k Adam steps of the serial model, one batch each: torch.optim.Adam's arithmetic, with two knobs that make
-    the common mistakes (a gradient `grad_scale` times too large; no bias correction)."""
+def adam_serial(layers, batches, lr, betas, eps, grad_scale=1.0, bias_correction=True, eps_form="torch",
+                lr_power=1, lagged=False):
+    """k Adam steps of the serial model, one batch each: torch.optim.Adam's arithmetic, with knobs that make the
+    common mistakes: a gradient `grad_scale` times the average; the bias correction missing (False) or its two
+    factors swapped ("swapped"); eps inside the square root ("inside") or in the paper's ε̂ form ("hat": the
+    corrections folded into the step size, eps added to sqrt(v)); the learning rate applied `lr_power` times
+    (lr**2); and `lagged`, the weights gathered at the start of step(), before the update, so that the layers
+    always hold the master weights of the step before."""
     ws = [w.detach().clone() for pair in layers for w in pair]
+    master = [w.clone() for w in ws]
     m = [torch.zeros_like(w) for w in ws]
     v = [torch.zeros_like(w) for w in ws]
     beta1, beta2 = betas
+    step_lr = lr ** lr_power
     for t, (x, target) in enumerate(batches, 1):
         params = [w.clone().requires_grad_() for w in ws]
         loss_fn(forward(x, list(zip(params[::2], params[1::2]))), target).backward()
         bc1, bc2 = (1 - beta1 ** t, 1 - beta2 ** t) if bias_correction else (1.0, 1.0)
-        for w, p, mi, vi in zip(ws, params, m, v):
+        if bias_correction == "swapped":
+            bc1, bc2 = bc2, bc1
+        if lagged:
+            ws = [w.clone() for w in master]
+        for w, p, mi, vi in zip(master, params, m, v):
             g = p.grad * grad_scale
             mi.mul_(beta1).add_(g, alpha=1 - beta1)
             vi.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            w.addcdiv_(mi, (vi / bc2).sqrt() + eps, value=-lr / bc1)
+            if eps_form == "inside":
+                w.addcdiv_(mi, (vi / bc2 + eps).sqrt(), value=-step_lr / bc1)
+            elif eps_form == "hat":
+                w.addcdiv_(mi, vi.sqrt() + eps, value=-step_lr * bc2 ** 0.5 / bc1)
+            else:
+                w.addcdiv_(mi, (vi / bc2).sqrt() + eps, value=-step_lr / bc1)
+        if not lagged:
+            ws = [w.clone() for w in master]
     return list(zip(ws[::2], ws[1::2]))
+
+
+# The common mistakes of step(), replayed on the serial model: (adam_serial's knobs, what to say).
+REPLAYED = (
+    ({"grad_scale": N}, f"the gradients were summed across ranks, not averaged ({N}x too large; divide the "
+                        f"reduce-scattered shard by {N}). Adam divides m by sqrt(v), so it hardly notices the scale: "
+                        f"the error comes only through eps, which is why it is so small"),
+    ({"grad_scale": 1 / N}, f"the gradients were divided by {N} twice ({N}x too small: divide the reduce-scattered "
+                            f"sum by {N} once). Adam divides m by sqrt(v), so it hardly notices the scale: the error "
+                            f"comes only through eps, which is why it is so small"),
+    ({"bias_correction": False}, "the bias correction is missing: divide m by 1 - beta1^t and v by 1 - beta2^t (t = 1 "
+                                 "at the first step), as torch.optim.Adam does"),
+    ({"bias_correction": "swapped"}, "the two bias corrections are swapped: m was divided by 1 - beta2^t and v by "
+                                     "1 - beta1^t. The first moment goes with beta1: m_hat = m / (1 - beta1^t), "
+                                     "v_hat = v / (1 - beta2^t)"),
+    ({"eps_form": "inside"}, "eps is inside the square root: torch.optim.Adam adds it after, "
+                             "m_hat / (sqrt(v_hat) + eps)"),
+    ({"eps_form": "hat"}, "eps is added to sqrt(v) with the bias corrections folded into the step size (the Adam "
+                          "paper's ε̂ form, lr·sqrt(1 - beta2^t)/(1 - beta1^t)·m / (sqrt(v) + eps)): torch.optim.Adam "
+                          "adds eps to sqrt(v / (1 - beta2^t)), which differs once eps matters. Use its form: "
+                          "m_hat / (sqrt(v_hat) + eps)"),
+    ({"lr_power": 2}, "the learning rate was applied twice (the step is lr² times m_hat / (sqrt(v_hat) + eps)): "
+                      "multiply by lr once"),
+    ({"lagged": True}, "the weights are one step behind: they were all-gathered at the start of step(), before the "
+                       "update, so the layers hold the master weights of the step before (and every forward runs on "
+                       "them). All-gather after updating the master shard"),
+)
 
 
 def torch_adam(layers, batches, lr, betas, eps):
@@ -95,6 +144,7 @@ class Zero(PuzzleSpec):
         def run(dist, layers, lr, betas, eps, xs, targets):
             before = probe.memory_now()
             opt = adam(dist, layers, lr, betas, eps)
+            master_at_start = slices_of(opt, [w for pair in layers for w in pair], SHARD)
             states = []  # what the rank holds between steps, beyond what it held before the optimizer existed
             for x, target in zip(xs, targets):
                 loss = loss_fn(forward(x, layers), target)
@@ -106,7 +156,7 @@ class Zero(PuzzleSpec):
                         w.grad = None
                 states.append(probe.memory_now() - before)
             return {"layers": [(w1.detach(), w2.detach()) for w1, w2 in layers], "state_bytes": max(states),
-                    "state_per_step": states, "state_dtypes": dtype_counts(opt)}
+                    "state_per_step": states, "state_dtypes": dtype_counts(opt), "master_at_start": master_at_start}
 
         return run
 
@@ -210,6 +260,10 @@ class Zero(PuzzleSpec):
         if unchanged > 0.99:
             return ("the weights did not change: copy the gathered weights into each w in place (w.copy_(...)), "
                     "not into a new tensor or a rebound name")
+        pieces = [w.reshape(-1) for pair in got[rank] for w in pair]
+        if all(torch.equal(piece, pieces[0]) for piece in pieces[1:]):
+            return (f"every weight of rank {rank} holds the same numbers: each was copied from the same slice of the "
+                    f"gathered vector. Is the offset advanced past each weight as the weights are filled?")
         lo, hi = rank * PSI // N, (rank + 1) * PSI // N
         outside = torch.cat([mine[:lo] == start[:lo], mine[hi:] == start[hi:]]).all().item()
         if outside and not torch.equal(mine[lo:hi], start[lo:hi]):
@@ -222,18 +276,34 @@ class Zero(PuzzleSpec):
             expected = flat(candidate)
             return bool((mine - expected).abs().max() <= 1e-8 * max(1.0, expected.abs().max().item()))
 
-        if close(adam_serial(layers, batches, LR, BETAS, EPS, grad_scale=N)):
-            return (f"the gradients were summed across ranks, not averaged ({N}x too large; divide the "
-                    f"reduce-scattered shard by {N}). Adam divides m by sqrt(v), so it hardly notices the scale: "
-                    f"the error comes only through eps, which is why it is so small")
-        if close(adam_serial(layers, batches, LR, BETAS, EPS, bias_correction=False)):
-            return ("the bias correction is missing: divide m by 1 - beta1^t and v by 1 - beta2^t (t = 1 at the "
-                    "first step), as torch.optim.Adam does")
+        master = _wrong_master(obs.results[rank].get("master_at_start"), rank)
+        if master:
+            return master
+        for knobs, text in REPLAYED:
+            if close(adam_serial(layers, batches, LR, BETAS, EPS, **knobs)):
+                return text
         others = [r for r in range(len(got)) if r != rank and not _same(as_flat(got[r], layers), mine)]
         if others:
             return (f"the ranks disagree: rank {rank}'s weights differ from rank {others[0]}'s, though every rank "
                     f"should end with the same all-gathered weights")
         return ""
+
+
+def _wrong_master(found, rank: int) -> str:
+    """What the optimizer held right after it was made says whether its master shard is the right slice: a tensor of
+    Ψ/N initial weights that is a slice at another offset, or not one slice at all, when none is the right one."""
+    if not found or any(f["offset"] == rank * SHARD for f in found):
+        return ""
+    shifted = next((f for f in found if f["offset"] is not None), None)
+    if shifted is not None:
+        return (f"a wrong shard offset: rank {rank}'s optimizer, when made, held elements {shifted['offset']:,} to "
+                f"{shifted['offset'] + SHARD - 1:,} of the flat weights ({shifted['path']}), but rank {rank}'s shard is "
+                f"elements r·Ψ/N = {rank * SHARD:,} to {(rank + 1) * SHARD - 1:,}, the slice whose gradient "
+                f"reduce_scatter_tensor gives it")
+    return (f"a wrong shard: rank {rank}'s optimizer, when made, held {found[0]['path']}, {SHARD:,} of the initial "
+            f"weights but not one slice of the flat vector. Rank r's shard is elements r·Ψ/N to (r+1)·Ψ/N - 1 of the "
+            f"weights flattened in order (layers[0].w1, layers[0].w2, ...), the slice whose gradient "
+            f"reduce_scatter_tensor gives it")
 
 
 def as_flat(layers, like) -> torch.Tensor | None:

@@ -5,7 +5,9 @@ driven by torch.amp.GradScaler on the same float16 forward and backward), at a t
 (mixed_precision_serial.py); the overflowing step changes nothing the optimizer keeps (optimizer_state.py walks
 the learner's object, whatever its style); the loss scale after every step; and the parameter bytes, read off the
 ledger at a moment the puzzle defines (right after the first step(), no activation alive, the float16 gradients
-still in w.grad), against the textbook 2 + 2 + 4 + 4 + 4 = 16 bytes per weight, in both directions.
+still in w.grad), against the textbook 2 + 2 + 4 + 4 + 4 = 16 bytes per weight, in both directions. Before the
+first step the program asks scale() what it makes of a loss of 1: a scale() that does not multiply explains every
+check that fails after it (no overflow to skip, no scale to halve), and is named first.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ class MixedPrecision(PuzzleSpec):
             opt = optimizer(layers, lr, betas, eps, init_scale, growth_interval)
             out = {"weights": [], "scales": [], "skipped": None, "halves": [serial.half_mismatch(opt.half_layers,
                                                                                                  layers)]}
+            with torch.no_grad():  # what scale() makes of a loss of 1, against the scale it says it has
+                out["scale_of_one"] = (as_number(opt.scale(torch.ones((), dtype=torch.float32))),
+                                       as_number(opt.get_scale()))
             for step, (x, target) in enumerate(zip(xs, targets), 1):
                 half = opt.half_layers
                 at_forward = probe.memory_now()
@@ -142,10 +147,13 @@ class MixedPrecision(PuzzleSpec):
         more = f"; and {len(changed) - 4} more" if len(changed) > 4 else ""
         message = (f"step {OVERFLOW_STEP}, whose float16 gradients overflowed, changed what a skipped step must leave "
                    f"as it was: {shown}{more}")
-        return Check("skipped step", False, message, diagnosis=safe_diagnosis(self.diagnose_skipped, changed))
+        return Check("skipped step", False, message, diagnosis=safe_diagnosis(self.diagnose_skipped, changed, res))
 
     @staticmethod
-    def diagnose_skipped(changed) -> str:
+    def diagnose_skipped(changed, res=None) -> str:
+        unscaled = scale_not_applied(res)
+        if unscaled:
+            return unscaled
         paths = [c["path"] for c in changed]
         if any(p.startswith("layers[") for p in paths):
             return (f"the master weights changed in step {OVERFLOW_STEP}: its unscaled gradients hold inf or NaN, so "
@@ -176,7 +184,8 @@ class MixedPrecision(PuzzleSpec):
         message = (f"get_scale() after each step: {shown or 'nothing'}; expected {wanted} (GradScaler: start at "
                    f"{INIT_SCALE:,.0f}, x2 after {serial.GROWTH_INTERVAL} good steps in a row, /2 at an overflow). "
                    f"First difference after step {first + 1}")
-        return Check("loss scale", False, message, diagnosis=safe_diagnosis(diagnose_scales, got, expected, first))
+        return Check("loss scale", False, message,
+                     diagnosis=scale_not_applied(res) or safe_diagnosis(diagnose_scales, got, expected, first))
 
     @staticmethod
     def check_bytes(res, budget: Budget) -> Check:
@@ -194,6 +203,9 @@ class MixedPrecision(PuzzleSpec):
 
     def diagnose_weights(self, res, step, inputs) -> str:
         """Name the mistake from the step whose weights first differ, by replaying the common ones."""
+        unscaled = scale_not_applied(res)
+        if unscaled:
+            return unscaled
         weights = res.get("weights") or []
         got = weights[step - 1] if step - 1 < len(weights) else None
         if serial.non_finite(got):
@@ -206,6 +218,17 @@ class MixedPrecision(PuzzleSpec):
             if serial.matches(got, serial.replay(inputs, forward_masters, **knobs)[step - 1]):
                 return mistake
         return ""
+
+
+def scale_not_applied(res) -> str:
+    """What scale() made of a loss of 1 (read before the first step), when it is not the scale get_scale() gives:
+    the loss was not scaled, whatever else the step does."""
+    made, scale = (res or {}).get("scale_of_one") or (None, None)
+    if not isinstance(made, float) or not isinstance(scale, float) or made == scale:
+        return ""
+    return (f"scale() does not multiply the loss by the loss scale: scale() of a loss of 1 gave {made:,.6g}, while "
+            f"get_scale() is {scale:,.6g}. The gradients are then divided by a scale they never had (the small ones "
+            f"lost in float16 on the way), and the overflow of step {OVERFLOW_STEP} never comes: return loss * scale")
 
 
 def diagnose_scales(got, expected, first) -> str:

@@ -2,7 +2,9 @@
 
 Think of a tick as a nanosecond. The simulated GPU is one named device profile, PUZZLE_GPU, the same for every
 puzzle: a 1 TFLOP/s device (1,024 FLOPs a tick; float16 and bfloat16 twice as fast, as on tensor cores) with
-1 TB/s of memory bandwidth (1,024 bytes a tick) and 4 ticks to launch a kernel. A puzzle picks its network
+2 TB/s of memory bandwidth (2,048 bytes a tick) and 4 ticks to launch a kernel. It is a GPU scaled to the puzzles'
+small sizes: with d = 64 a matmul is bound by arithmetic and an elementwise op by memory, as they are on a real
+GPU at a real model's sizes. A puzzle picks its network
 (latency, link bandwidth) and prints it in its text.
 
 An op on the compute stream costs by the roofline: it is limited either by arithmetic or by memory traffic,
@@ -10,7 +12,7 @@ An op on the compute stream costs by the roofline: it is limited either by arith
     ticks = max(⌈FLOPs / flops_per_tick⌉, ⌈bytes read and written / memory_bytes_per_tick⌉) + launch_ticks
 
 so a matrix product of 8·64 by 64·256 (262,144 FLOPs, 151,552 bytes) takes 256 + 4 ticks, bound by arithmetic,
-while a gelu over the 8·256 result (2,048 FLOPs, 32,768 bytes) takes 32 + 4: bound by memory, like every
+while a gelu over the 8·256 result (2,048 FLOPs, 32,768 bytes) takes 16 + 4: bound by memory, like every
 elementwise op. Views cost nothing (op_costs.py says what each op costs).
 
 A message costs a latency plus its bytes over the link bandwidth; a collective costs what the ring algorithm that
@@ -77,7 +79,7 @@ class DeviceProfile:
                 f"{self.launch_ticks} ticks per kernel launch")
 
 
-# The one device every puzzle runs on: 1 TFLOP/s, 1 TB/s, 4 ns a launch (a tick is a nanosecond).
+# The one device every puzzle runs on: 1 TFLOP/s, 2 TB/s, 4 ns a launch (a tick is a nanosecond).
 PUZZLE_GPU = DeviceProfile("the puzzles' GPU", flops_per_tick=1024, memory_bytes_per_tick=2048, launch_ticks=4,
                            half_precision_speedup=2)
 

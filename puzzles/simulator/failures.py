@@ -39,6 +39,7 @@ class _Failures:
         if me is owner:
             if self.aborted:
                 raise _Abort
+            me.calls += 1
             return me
         if me is not None:
             if what == "wait()" or what == "is_completed()":

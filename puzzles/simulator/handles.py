@@ -101,19 +101,26 @@ class _Handles:
 
     def poll(self, work: Work) -> None:
         """`work.is_completed()`: a communication call (it passes the baton) by the rank that owns the handle.
-        A send or recv handle is complete only once waited for (as on gloo), so a rank that polls one while no
-        other rank can move would poll forever: that is an error at once."""
+        A send or recv handle is complete only once waited for (as on gloo). A rank may look once and move on;
+        but a rank that polls the same handle again, with no other call of its own in between, while no other
+        rank can move, polls in a loop that nothing can ever end: that is an error at once."""
         me = self.caller(self.ranks[work._rank], "is_completed()")
         if work.what in ("send", "recv") and not work._waited:
             with self._mutex:
                 stuck = self._next_runnable(me.rank) is None
             if stuck:
-                raise WorkError(
-                    f"rank {me.rank} polls is_completed() at {self.site()} on the handle of its "
-                    f"{getattr(work, 'issued_as', work.what)} issued at {work.site}, and no other rank can move. "
-                    f"On gloo a send or recv handle says it is complete only once wait() has been called "
-                    f"(measured: False long after the data arrived), so this loop would never end: call "
-                    f"work.wait() instead of polling.")
+                last, polled = me.stuck_polls
+                if last != me.calls - 1:  # another call came between: the world may have changed since
+                    polled = set()
+                if id(work) in polled:
+                    raise WorkError(
+                        f"rank {me.rank} polls is_completed() at {self.site()} on the handle of its "
+                        f"{getattr(work, 'issued_as', work.what)} issued at {work.site} again, with no other call "
+                        f"in between, and no other rank can move. On gloo a send or recv handle says it is complete "
+                        f"only once wait() has been called (measured: False long after the data arrived), so this "
+                        f"loop would never end: call work.wait() instead of polling.")
+                polled.add(id(work))
+                me.stuck_polls = (me.calls, polled)
         self.yield_baton(me)
 
     def wait(self, me: _RankState, work: Work) -> None:

@@ -62,6 +62,8 @@ class _RankState:
         self.untracked = False  # the runtime's own tensor work, invisible to the ledger and the isolation check
         self.inflight: list = []  # (storage key, lo, hi, read_ok, work, what, tensor)
         self.unwaited: list[Work] = []
+        self.calls = 0  # dist calls this rank has made (handles.py: a poll repeated with no other call between)
+        self.stuck_polls: tuple[int, set[int]] = (-1, set())  # (its last call, the handles it polled) while stuck
         self.rng = None
         self.result = None
         self.flops = 0

@@ -13,4 +13,5 @@ def data_parallel_step(dist, x_shard, target_shard, layers, lr):
         h.wait()
     with torch.no_grad():
         for w in weights:
-            w -= lr * w.grad / dist.get_world_size()
+            w.grad /= dist.get_world_size()
+            w -= lr * w.grad

@@ -1,5 +1,5 @@
-"""p3, another style: every gradient flattened into one bucket, all-reduced once, and the update read back from
-the bucket's slices."""
+"""p3, another style: every gradient flattened into one bucket, all-reduced once, and each w.grad then made a view
+of its slice of the averaged bucket (DDP's gradient_as_bucket_view), from which the update is read."""
 
 import torch
 
@@ -15,5 +15,6 @@ def data_parallel_step(dist, x_shard, target_shard, layers, lr):
         bucket /= dist.get_world_size()
         offset = 0
         for w in weights:
-            w -= lr * bucket[offset:offset + w.numel()].view_as(w)
+            w.grad = bucket[offset:offset + w.numel()].view_as(w)
+            w -= lr * w.grad
             offset += w.numel()

@@ -1,5 +1,6 @@
 """p3, another style: the all-reduce written as its two halves, a reduce-scatter of the flat gradient (each rank
-sums its quarter) and an all-gather of the summed quarters: the same bytes as an all-reduce."""
+sums its quarter) and an all-gather of the summed quarters: the same bytes as an all-reduce. The average is copied
+back into each w.grad, and the update read from there."""
 
 import torch
 
@@ -17,5 +18,6 @@ def data_parallel_step(dist, x_shard, target_shard, layers, lr):
         dist.all_gather_into_tensor(flat, mine)
         offset = 0
         for w in weights:
-            w -= lr / world * flat[offset:offset + w.numel()].view_as(w)
+            w.grad.copy_(flat[offset:offset + w.numel()].view_as(w)).div_(world)
+            w -= lr * w.grad
             offset += w.numel()

@@ -1,5 +1,5 @@
-"""p7, another style: one flat bucket per block, launched when the block's last gradient (w1's) is ready, and the
-update read from the buckets."""
+"""p7, another style: one flat bucket per block, launched when the block's last gradient (w1's) is ready; the
+summed bucket is copied back into the block's w.grad and the update read from there."""
 
 import torch
 
@@ -20,7 +20,9 @@ def overlapped_step(dist, x_shard, target_shard, layers, lr):
     with torch.no_grad():
         for work, bucket, w1, w2 in pending:
             work.wait()
-            w1 -= lr / world * bucket[: w1.numel()].view_as(w1)
-            w2 -= lr / world * bucket[w1.numel():].view_as(w2)
+            w1.grad.copy_(bucket[: w1.numel()].view_as(w1))
+            w2.grad.copy_(bucket[w1.numel():].view_as(w2))
+            w1 -= lr / world * w1.grad
+            w2 -= lr / world * w2.grad
     for h in hooks:
         h.remove()

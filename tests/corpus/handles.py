@@ -125,6 +125,22 @@ def poll_a_recv_then_wait(dist):
     return polls, w.is_completed(), x
 
 
+@case(2)
+def poll_a_send_once_while_the_peer_waits(dist):
+    """is_completed() once on an isend's handle while the receiver sits in a barrier (its recv comes after), then
+    on and wait() later: a look, not a loop"""
+    x = ramp(dist, 3)
+    if dist.get_rank() == 1:
+        dist.barrier()
+        dist.recv(x, 0)
+        return x
+    w = dist.isend(x * 2, 1)
+    looked = w.is_completed()
+    dist.barrier()
+    w.wait()
+    return looked, x
+
+
 @case(2, sim=WorkError, gloo={WRONG, RIGHT}, fixed=fixed_dropped_handles)
 def poll_a_recv_instead_of_waiting(dist):
     """polls an irecv's is_completed() (up to 1000 times) instead of waiting, then returns the buffer (a race on

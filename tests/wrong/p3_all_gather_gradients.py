@@ -6,7 +6,7 @@ import torch
 from puzzles.model import forward, loss_fn
 
 MISTAKE = "the gradients are all-gathered and averaged locally instead of all-reduced"
-EXPECTED_FAILURES = {"communication", "compute"}  # it sums N copies of every gradient itself
+EXPECTED_FAILURES = {"averaged gradients", "communication", "compute"}  # it sums N copies of every gradient itself
 DIAGNOSIS = "used all_gather"
 
 

@@ -1,11 +1,12 @@
 """p8 mistake: the bias correction uses the step count before incrementing it (t = 0 at the first step), so the
-first step divides by 1 - beta^0 = 0: Python's ZeroDivisionError, on the learner's line."""
+first step divides by 1 - beta^0 = 0: Python's ZeroDivisionError, on the learner's line, which the likely cause
+explains."""
 
 import torch
 
 MISTAKE = "the bias correction uses t = 0 at the first step (division by zero)"
 EXPECTED_STATUS = "error"
-DIAGNOSIS = "ZeroDivisionError"
+DIAGNOSIS = "the step counter was 0 at the bias correction"
 
 
 class ShardedAdam:

@@ -199,6 +199,7 @@ class ProcessTracker(TorchDispatchMode):
         self.items_read = 0  # numbers read out of tensors one at a time (puzzles/simulator/guards.py)
         self.site = self.sites.here
         self.waiting = None  # the communication op this rank is blocked in, if any
+        self.pending_outputs: set = set()  # storages of async collectives' outputs that gloo has yet to write
 
     def guard_caller(self):
         """This process's rank while its own code runs (not the tracker's or torch.distributed's own work)."""
@@ -273,10 +274,28 @@ class ProcessTracker(TorchDispatchMode):
                 if not runtime:
                     self.storage.adopt(st, self.rank, self.sites.allocation_site())
         cost = op_cost(func, args, kwargs, out)
-        if cost is not FREE:
+        if cost is not FREE and not self._delivery(func, args):
             self.flops += charge_compute(self.clock, self.rank, self.cost, cost, func, out, self.labels,
                                          self.sites.here)
         return out
+
+    def _delivery(self, func, args) -> bool:
+        """Whether an op is gloo delivering an async collective's result: a write into that collective's output,
+        which gloo makes in the caller's thread inside work.wait() (measured: a copy_ per reduce_scatter_tensor).
+        The simulator's collectives move data off the clock; so does this, once per output."""
+        if not self.pending_outputs or not args or not isinstance(args[0], torch.Tensor):
+            return False
+        schema = func._schema.arguments
+        if not schema or schema[0].alias_info is None or not schema[0].alias_info.is_write:
+            return False
+        try:
+            key = args[0].untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError):
+            return False
+        if key in self.pending_outputs:
+            self.pending_outputs.discard(key)
+            return True
+        return False
 
     def _communicate(self, func, args, kwargs):
         name = func._schema.name.split("::")[-1]
@@ -301,6 +320,12 @@ class ProcessTracker(TorchDispatchMode):
             out = _through_private_buffers(func, args, kwargs, writes=kind not in ("send", "barrier"))
         else:
             out = func(*args, **kwargs)
+            if kind not in ("send", "barrier"):  # the op writes into its first argument, later, in wait()
+                for t in _flat_tensors(args[0]):
+                    try:
+                        self.pending_outputs.add(t.untyped_storage()._cdata)
+                    except (RuntimeError, NotImplementedError):
+                        pass
         self.waiting = None
         nbytes = _nbytes(args[which]) if which is not None else 0
         sent = _all_to_all_sent(name, args, ranks.index(self.rank) if self.rank in ranks else 0, len(ranks), nbytes)

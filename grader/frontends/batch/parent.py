@@ -7,7 +7,7 @@ run each puzzle in a fresh jail (sandbox.py) with its own time and memory limits
 parent, which never imports a learner's code, parses the record (record.py: no pickle), checks its
 structure, computes the reference and decides the verdict. A puzzle that loops, crashes, exits, exhausts memory
 or tampers with the grader costs that puzzle only, with a reason the learner can read. The threat model is in
-the README ("Grading for credit").
+docs/grading.md ("Grading for credit").
 """
 
 from __future__ import annotations
@@ -24,70 +24,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from ...core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS
+from ...core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
 from ...specs import select
 from . import reaper, sandbox, wire
+from .submissions import Broken, Submission, private_copy, submissions_in
 from .verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
-MAX_FILE_MB, MAX_FILES = 16, 200  # what a submission may bring
 ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH"}  # what a worker inherits
-STRAY = "not a submission: expected a notebook (.ipynb) or a folder laid out like puzzles/"
-
-
-def submissions_in(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no such folder: {folder}")
-    items = sorted(folder.iterdir())
-    if not items:
-        raise FileNotFoundError(f"no submissions in {folder} (expected notebooks or folders laid out like puzzles/)")
-    return items
-
-
-def kind_of(item: Path) -> str:
-    if item.name.startswith("."):
-        return "stray"
-    if item.suffix == ".ipynb" and item.is_file():
-        return "notebook"
-    return "folder" if item.is_dir() else "stray"
-
-
-class Broken(Exception):
-    """The submission cannot be read (a malformed notebook, too many or too large files): one line for its row."""
-
-
-def private_copy(item: Path, kind: str, into: Path) -> list[str]:
-    """Copy what will be graded into `into` (the parent's own folder, which no jail can see); return the flags.
-    Only regular files are copied: a symbolic link (to another student's folder, to solutions/) is not followed."""
-    flags, total = [], 0
-    into.mkdir(mode=0o700)
-    if kind == "notebook":
-        if item.stat().st_size > MAX_FILE_MB << 20:
-            raise Broken(f"the notebook is larger than {MAX_FILE_MB} MiB")
-        from ..notebooks.file import notebook_target
-
-        try:
-            with notebook_target(item) as folder:
-                for f in folder.glob("*.py"):
-                    shutil.copyfile(f, into / f.name)
-        except Exception as exc:  # not JSON, not a notebook, a cell that is not text, ...
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise Broken(f"could not read the notebook: {type(exc).__name__}: {printable(first)}") from None
-        return flags
-    entries = sorted(item.iterdir())
-    if len(entries) > MAX_FILES:
-        raise Broken(f"the folder holds {len(entries)} entries (at most {MAX_FILES})")
-    for entry in entries:
-        if entry.is_symlink():
-            flags.append(f"ignored the symbolic link {printable(entry.name)}")
-        elif entry.is_file() and entry.suffix == ".py":
-            total += entry.stat().st_size
-            if total > MAX_FILE_MB << 20:
-                raise Broken(f"the .py files of the folder are larger than {MAX_FILE_MB} MiB together")
-            fd = os.open(entry, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-            with os.fdopen(fd, "rb") as src:
-                (into / entry.name).write_bytes(src.read())
-    return flags
 
 
 # ---- the workers
@@ -168,21 +112,34 @@ class Worker:
 # ---- the parent
 
 
-def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, timeout: float, memory_mb: int,
-                     puzzle_ids, scratch: Path) -> dict:
+def grade_submission(sub: Submission, index: int, worker: Worker | None, seed: int, timeout: float,
+                     memory_mb: int, puzzle_ids, scratch: Path, submission_timeout: float | None = None) -> dict:
+    """One row. Each puzzle gets `timeout` seconds, or what is left of `submission_timeout` when that is less."""
     started = time.monotonic()
-    kind = kind_of(item)
-    row = {"name": item.name, "kind": kind, "error": "", "puzzles": [], "seconds": 0.0, "flags": []}
-    if kind == "stray":
-        row["error"] = STRAY
+    deadline = started + submission_timeout if submission_timeout else None
+    row = {"name": sub.name, "kind": sub.kind, "error": sub.error, "puzzles": [], "seconds": 0.0,
+           "flags": list(sub.flags), "graded": sub.graded, "note": sub.note, "items": list(sub.items)}
+    if sub.error:
         return _finish(row, started)
     copy = scratch / f"{index:05d}"
     try:
-        row["flags"] += private_copy(item, kind, copy)
+        row["flags"] += private_copy(sub, into=copy)
         for spec in select(puzzle_ids):
-            request = {"puzzle": spec.id, "copy": str(copy), "seed": seed, "timeout": timeout, "memory_mb": memory_mb}
+            limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if limit <= 0.5:  # not enough left to start a puzzle's process
+                row["puzzles"].append(out_of_time(spec, submission_timeout))
+                continue
+            request = {"puzzle": spec.id, "copy": str(copy), "seed": seed, "timeout": limit, "memory_mb": memory_mb}
             reply, payload = worker.run(request)
-            result, flags = verdict(spec, reply, payload, seed, timeout, memory_mb)
+            result, flags = verdict(spec, reply, payload, seed, limit, memory_mb)
+            if result.status == NOT_ATTEMPTED and result.error.startswith("there is no "):  # not the jail's path
+                where = f" ({sub.graded})" if sub.graded else ""
+                result.error = f"not handed in: there is no {spec.filename} in this submission{where}"
+            if limit < timeout and reply.get("timed_out"):  # the submission's limit stopped it, not its own
+                _, _, said = result.error.partition("\n")
+                result.error = (f"stopped after {limit:.1f} s, what was left of the submission's time limit of "
+                                f"{submission_timeout:g} s: an endless loop, or a wait that never ends? (the puzzles "
+                                f"before it took the rest)" + ("\n" + said if said else ""))
             row["puzzles"].append(result)
             row["flags"] += flags
     except Broken as exc:
@@ -192,20 +149,27 @@ def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, t
     return _finish(row, started)
 
 
+def out_of_time(spec, submission_timeout: float) -> PuzzleResult:
+    return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=(
+        f"not graded: the submission's time limit of {submission_timeout:g} s ran out before this puzzle (the "
+        f"puzzles before it took that long: see their own errors)"))
+
+
 def _finish(row: dict, started: float) -> dict:
     row["seconds"] = round(time.monotonic() - started, 2)
     return row
 
 
 def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_ids=None, jobs: int = 1,
-              progress=sys.stderr, sandbox_mode: str = "auto") -> list[dict]:
+              progress=sys.stderr, sandbox_mode: str = "auto", submission_timeout: float | None = None) -> list[dict]:
     """Grade every item of `folder`, `jobs` at a time; one row per item, in the folder's order. `timeout` is the
-    limit of each puzzle, in seconds, so a submission takes at most (number of puzzles) x timeout."""
+    limit of each puzzle, in seconds, so a submission takes at most (number of puzzles) x timeout, or
+    `submission_timeout` when that is given and less."""
     if not hasattr(os, "fork"):
         raise OSError("batch grading needs fork() (Linux or macOS); on Windows, run it in WSL2 or a Linux container")
     items = submissions_in(Path(folder))
-    gradable = [i for i in items if kind_of(i) != "stray"]
-    rows: dict[Path, dict] = {}
+    gradable = [i for i in items if not i.error]
+    rows: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
         scratch.chmod(0o711)  # a job's uid may pass through (process mode); nobody may list it
@@ -218,21 +182,21 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
             for w in workers:
                 idle.put(w)
 
-            def grade(index: int, item: Path) -> dict:
-                if item not in gradable:  # a row that says why, with no worker
+            def grade(index: int, item: Submission) -> dict:
+                if item.error:  # a row that says why, with no worker
                     return grade_submission(item, index, None, seed, timeout, memory_mb, puzzle_ids, scratch)
                 worker = idle.get()
                 try:
-                    return grade_submission(item, index, worker, seed, timeout, memory_mb, puzzle_ids, scratch)
+                    return grade_submission(item, index, worker, seed, timeout, memory_mb, puzzle_ids, scratch,
+                                            submission_timeout)
                 finally:
                     idle.put(worker)
 
             pool = ThreadPoolExecutor(max_workers=max(1, len(workers)))
-            futures = {pool.submit(grade, i, item): item for i, item in enumerate(items)}
+            futures = {pool.submit(grade, i, item): i for i, item in enumerate(items)}
             for done, future in enumerate(as_completed(futures), 1):
-                item = futures[future]
-                row = rows[item] = future.result()
-                print(f"[{done}/{len(items)}] {printable(item.name)}: {summary(row)} ({row['seconds']:.1f} s)",
+                row = rows[futures[future]] = future.result()
+                print(f"[{done}/{len(items)}] {printable(row['name'])}: {summary(row)} ({row['seconds']:.1f} s)",
                       file=progress, flush=True)
         finally:  # also on Ctrl-C: stop the workers first, so that no thread waits out a puzzle's limit
             for w in workers:
@@ -240,7 +204,7 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
                 w.stop()
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-    return [rows[i] for i in items]
+    return [rows[i] for i in range(len(items))]
 
 
 def describe_sandbox(ready: dict) -> str:

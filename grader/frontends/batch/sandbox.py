@@ -1,6 +1,6 @@
 """The operating system's isolation for `batch`: what each puzzle's process may see, write, start and use.
 
-`probe()` picks the strongest mode this machine allows, once per batch (README, "Grading for credit"):
+`probe()` picks the strongest mode this machine allows, once per batch (docs/grading.md, "Grading for credit"):
 
     namespaces  Linux, run as root. Each puzzle runs in new mount, PID, network, IPC and UTS namespaces, in a root
                 of its own (pivot_root) holding only the Python installation, the grader's two packages (read-only)
@@ -219,7 +219,7 @@ def set_limits(memory_mb: int, seconds: float, policy: Policy) -> None:
             soft, hard = min(soft, old_hard), min(hard, old_hard)
         resource.setrlimit(which, (soft, hard))
 
-    if sys.platform == "linux":  # RLIMIT_AS is not enforced on macOS (see the README)
+    if sys.platform == "linux":  # RLIMIT_AS is not enforced on macOS (docs/grading.md)
         cap(resource.RLIMIT_AS, vm_size() + (memory_mb << 20))
         cap(resource.RLIMIT_NPROC, NPROC + (0 if policy.uid_base is not None else reaper.processes_of(os.getuid())))
     cap(resource.RLIMIT_CPU, int(seconds) + 2, int(seconds) + 5)

@@ -72,7 +72,7 @@ def _serve(sock, requested: str, slot: int, mountpoint: str) -> None:
         send(sock, {"ready": False, "error": exc.strerror})
         return
     signal.signal(signal.SIGTERM, _on_term)
-    if sys.platform == "linux":  # (macOS has no subreaper: see the README)
+    if sys.platform == "linux":  # (macOS has no subreaper: docs/grading.md)
         sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
     pristine = Fingerprint()  # before any learner's code: each puzzle's process compares against it
     gc.collect()

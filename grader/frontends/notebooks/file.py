@@ -42,7 +42,7 @@ __all__ = [
 NOTEBOOK, STANDALONE_NOTEBOOK = "puzzles.ipynb", "puzzles-standalone.ipynb"
 
 # The repository a Colab session installs the package from, and the README's "Open in Colab" badge. Instructors
-# who fork: change this one line, then run `python -m grader build` (README, "For instructors").
+# who fork: change this one line, then run `python -m grader build` (docs/instructors.md, "Forking").
 REPO_URL = "https://github.com/training-puzzles/training-puzzles"
 
 

@@ -3,7 +3,8 @@ cell, and the few lines that unpack them onto sys.path.
 
 That makes puzzles-standalone.ipynb one file that runs wherever torch, numpy and matplotlib are installed (Colab
 has them): no repository, no pip, no network. What it carries is the Python of puzzles/ (less the learner's stubs
-pN_*.py: the notebook's own cells are the stubs) and of grader/; never solutions/ or tests/.
+pN_*.py: the notebook's own cells are the stubs) and of grader/, less the instructor's tools (../shipping.py);
+never solutions/ or tests/.
 
 The zip is built the same way every time (sorted names, fixed timestamps), and the cell records a digest of what
 it carries, so that `build --check` compares contents, not compressed bytes (which a different zlib may change).
@@ -22,6 +23,7 @@ import nbformat
 
 from puzzles import sim
 
+from ..shipping import shipped
 from .cells import SETUP_MARK
 
 GRADER_DIR = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/frontends/notebooks/standalone.py)
@@ -36,7 +38,7 @@ def package_files() -> dict[str, bytes]:
     for top in (PUZZLES_DIR, GRADER_DIR):
         for path in sorted(top.rglob("*.py")):
             rel = path.relative_to(top.parent)
-            if "__pycache__" in rel.parts or (top == PUZZLES_DIR and len(rel.parts) == 2 and _STUB.fullmatch(path.name)):
+            if not shipped(rel) or (top == PUZZLES_DIR and len(rel.parts) == 2 and _STUB.fullmatch(path.name)):
                 continue
             files[rel.as_posix()] = path.read_bytes()
     return files
@@ -94,6 +96,17 @@ def setup_source(files: dict[str, bytes] | None = None) -> str:
     return SETUP.format(mark=SETUP_MARK, digest=contents_digest(files), payload=payload)
 
 
+def embedded_files(source: str) -> dict[str, bytes]:
+    """{path: contents} of the package a setup cell carries ({} for any other cell): what a learner who unpacks
+    the notebook reads, for the release's leak check."""
+    if not source.startswith(SETUP_MARK) or "_PACKAGE = (" not in source:
+        return {}
+    body = source.split("_PACKAGE = (", 1)[1].split("\n)", 1)[0]
+    encoded = "".join(re.findall(r'"([A-Za-z0-9+/=]*)"', body))
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(encoded))) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
 def recorded_digest(source: str) -> str | None:
     """The contents digest a setup cell records (None for any other cell)."""
     m = _DIGEST.search(source) if source.startswith(SETUP_MARK) else None
@@ -103,6 +116,10 @@ def recorded_digest(source: str) -> str | None:
 def setup_cell():
     cell = nbformat.v4.new_code_cell(setup_source())
     cell["id"] = "setup"
-    # Colab shows a form's title instead of its code; JupyterLab collapses the source.
-    cell.metadata.update({"cellView": "form", "jupyter": {"source_hidden": True}})
+    # Colab shows a form's title instead of its code; JupyterLab collapses the source. nbconvert (HTML, PDF: how a
+    # notebook is shared and printed) leaves out the source of a cell marked transient.remove_source, as its own
+    # TagRemovePreprocessor marks the cells it hides: else the page would open with about 440 KB of base64.
+    # "remove-input" says the same to Jupyter Book and to nbconvert configured to remove tagged inputs.
+    cell.metadata.update({"cellView": "form", "jupyter": {"source_hidden": True},
+                          "transient": {"remove_source": True}, "tags": ["remove-input"]})
     return cell

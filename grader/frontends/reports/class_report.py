@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...core.result import PASS
 from ...specs import SPECS
-from .scoring import SubmissionScore, Weights, budget_line, headline, one_line, points_text, score_row
+from .scoring import SubmissionScore, Weights, budget_line, headline, number, one_line, points_text, score_row
 
 STATUS_WORD = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "not_attempted": "not attempted",
                "not_graded": "not graded"}
@@ -34,11 +34,14 @@ def stray_rows(folder: Path, rows: list[dict]) -> list[dict]:
     """The rows, plus one for each visible entry of `folder` that has none (a stray file that `batch` did not
     take as a submission), in the folder's order: nothing in the folder goes unmentioned."""
     by_name = {r["name"]: r for r in rows}
+    covered = {item: r["name"] for r in rows for item in r.get("items", [])}  # an LMS export's files: one row
     out = []
     for item in sorted(folder.iterdir()):
-        if item.name in by_name:
+        if covered.get(item.name) in by_name:
+            out.append(by_name.pop(covered[item.name]))
+        elif item.name in by_name:
             out.append(by_name.pop(item.name))
-        elif not item.name.startswith("."):
+        elif not item.name.startswith(".") and item.name not in covered:
             out.append({"name": item.name, "kind": "stray", "flags": [], "seconds": 0.0, "puzzles": [],
                         "error": f"not graded: {item.name} is not a submission (a notebook *.ipynb, or a folder "
                                  f"laid out like puzzles/)"})
@@ -50,7 +53,8 @@ def stray_rows(folder: Path, rows: list[dict]) -> list[dict]:
 
 def csv_header(puzzle_ids: list[str]) -> list[str]:
     per_puzzle = [col for pid in puzzle_ids for col in (pid, f"{pid} points", f"{pid} reason")]
-    return ["submission", "kind", "points", "max points", "passed", *per_puzzle, "error", "flags", "seconds"]
+    return ["submission", "kind", "graded", "points", "max points", "passed", *per_puzzle, "error", "flags",
+            "similar", "seconds"]
 
 
 def text_cell(text: str) -> str:
@@ -59,23 +63,30 @@ def text_cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-def csv_row(s: SubmissionScore) -> list:
+def csv_row(s: SubmissionScore, similar: str = "") -> list:
     per_puzzle = [cell for p in s.puzzles for cell in (p.status, points_text(p.points), text_cell(p.reason))]
     passed = sum(p.status == PASS for p in s.puzzles)
     flags = "; ".join(one_line(f) for f in s.flags)
-    return [text_cell(s.name), s.kind, points_text(s.points), points_text(s.max_points), passed, *per_puzzle,
-            text_cell(one_line(s.error)), text_cell(flags), s.seconds]
+    return [text_cell(s.name), s.kind, text_cell(s.graded), points_text(s.points), points_text(s.max_points), passed,
+            *per_puzzle, text_cell(one_line(s.error)), text_cell(flags), text_cell(similar), s.seconds]
 
 
-def write_csv(scores: list[SubmissionScore], path: Path, puzzle_ids: list[str]) -> None:
+def write_csv(scores: list[SubmissionScore], path: Path, puzzle_ids: list[str], similar=None) -> None:
+    """`similar`: each row's similar pairs (compare_submissions), for the instructor's eyes only: the CSV and the
+    summary have them, the feedback and Gradescope's pages never (they would name another learner)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    similar = similar or [""] * len(scores)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(csv_header(puzzle_ids))
-        w.writerows(csv_row(s) for s in scores)
+        w.writerows(csv_row(s, cell) for s, cell in zip(scores, similar))
 
 
 # ---- JSON
+
+
+def maybe(points):
+    return None if points is None else number(points)
 
 
 def submission_dict(s: SubmissionScore) -> dict:
@@ -83,13 +94,15 @@ def submission_dict(s: SubmissionScore) -> dict:
     for p in s.puzzles:
         d = p.result.to_dict() if p.result is not None else {"id": p.id, "title": p.title, "status": p.status,
                                                                  "checks": []}
-        d.update(points=p.points, max_points=p.max_points, reason=p.reason)
+        d.update(points=number(p.points), max_points=number(p.max_points), reason=p.reason)
         for check, score in zip(d["checks"], p.checks):
-            check.update(points=score.points, max_points=score.max_points)
+            check.update(points=maybe(score.points), max_points=maybe(score.max_points))
         d["checks"] += [{"name": c.name, "passed": False, "message": "no such check in this result",
-                         "points": c.points, "max_points": c.max_points} for c in p.checks[len(d["checks"]):]]
+                         "points": maybe(c.points), "max_points": maybe(c.max_points)}
+                        for c in p.checks[len(d["checks"]):]]
         puzzles.append(d)
-    return {"name": s.name, "kind": s.kind, "points": s.points, "max_points": s.max_points, "error": s.error,
+    return {"name": s.name, "kind": s.kind, "graded": s.graded, "note": s.note, "points": number(s.points),
+            "max_points": number(s.max_points), "error": s.error,
             "flags": s.flags, "seconds": s.seconds, "puzzles": puzzles}
 
 
@@ -127,11 +140,13 @@ def fenced(text: str) -> list[str]:
 
 def feedback_markdown(s: SubmissionScore, seed: int, plots: dict[str, list[str]]) -> str:
     """The feedback file of one submission; `plots` maps a puzzle id to the image files drawn for it."""
-    out = [f"# Feedback: {s.name}", "", headline(s, seed), ""]
+    out = [f"# Feedback: {s.name}", "", headline(s, seed), ""] + ([s.note, ""] if s.note else [])
     if s.error:
         out += ["This submission could not be graded as a whole:", "", *fenced(s.error), ""]
     if s.flags:
         out += ["Flagged for your instructor to review:", "", *(f"- {one_line(f)}" for f in s.flags), ""]
+    if s.error and all(p.result is None for p in s.puzzles):  # nothing was graded: say so once, not per puzzle
+        return "\n".join(out + ["No puzzle was graded."]) + "\n"
     out += ["| puzzle | status | points |", "| --- | --- | --- |"]
     out += [(f"| {p.id} {p.title} | {STATUS_WORD.get(p.status, p.status)} | {points_text(p.points)} / "
              f"{points_text(p.max_points)} |") for p in s.puzzles]
@@ -187,7 +202,8 @@ def write_feedback(scores: list[SubmissionScore], directory: Path, seed: int, pl
 # ---- all of them
 
 
-def write_gradescope(scores: list[SubmissionScore], directory: Path, seed: int, **visibility) -> list[Path]:
+def write_gradescope(scores: list[SubmissionScore], directory: Path, seed: int, weights: Weights | None = None,
+                     **visibility) -> list[Path]:
     """DIR/<submission>.json: what Gradescope would show each learner (gradescope.py holds the format)."""
     from .gradescope import results_json
 
@@ -195,16 +211,48 @@ def write_gradescope(scores: list[SubmissionScore], directory: Path, seed: int, 
     written = []
     for s, name in zip(scores, unique_folders(scores)):
         path = Path(directory) / f"{name}.json"
-        path.write_text(json.dumps(results_json(s, seed, **visibility), indent=1))
+        path.write_text(json.dumps(results_json(s, seed, note=s.note, weights=weights, **visibility), indent=1))
         written.append(path)
     return written
 
 
+def compare_submissions(folder: Path, rows: list[dict], puzzle_ids=None):
+    """The class's similar pairs (similarity.py), from the code each submission in `folder` holds (read as data,
+    never imported); each row gets its `similar` cell. Raises SimilarityUnavailable without copydetect."""
+    from ..batch.submissions import submissions_in
+    from ..handed_in import attempted_code
+    from .similarity import compare_class, similar_to
+
+    ids = list(puzzle_ids or SPECS)
+    sources = {sub.name: {p: code for p, code in attempted_code(sub.files, sub.notebook).items() if p in ids}
+               for sub in submissions_in(Path(folder)) if not sub.error}
+    found = compare_class(sources, {p: stub for p, stub in stub_texts().items() if p in ids})
+    cells = similar_to(found)
+    for row in rows:
+        row["similar"] = cells.get(row["name"], "")
+    return found
+
+
+def stub_texts() -> dict[str, str]:
+    """{puzzle id: the stub a learner starts from}: made from solutions/ in a checkout, else the package's own."""
+    from ..build import planned_files
+    from ..targets import REPO, in_checkout
+
+    if in_checkout():
+        return {spec.id: planned_files(REPO)[REPO / "puzzles" / spec.filename] for spec in SPECS.values()}
+    return {spec.id: (REPO / "puzzles" / spec.filename).read_text() for spec in SPECS.values()
+            if (REPO / "puzzles" / spec.filename).is_file()}
+
+
 def write_reports(rows: list[dict], seed: int, puzzle_ids=None, weights: Weights | None = None, csv_path=None,
                   json_path=None, feedback_dir=None, gradescope_dir=None, plots: bool = True,
-                  log=sys.stderr) -> list[Path]:
-    """Score the rows once, then write each report asked for; returns what was written. A check named in the
-    weights that no result has is reported to `log` (a typo there would cost every learner that check)."""
+                  log=sys.stderr, similarity=None) -> list[Path]:
+    """Score the rows once, then write each report asked for; returns what was written. The CSV comes with its
+    class summary (summary.py) and, given `similarity` (compare_submissions), the similar pairs. A check named in
+    the weights that no result has is reported to `log` (a typo there would cost every learner that check)."""
+    from .similarity import similarity_markdown
+    from .summary import write_summary
+
     ids = list(puzzle_ids or SPECS)
     weights = weights or Weights()
     scores = [score_row(r, weights, ids) for r in rows]
@@ -212,15 +260,21 @@ def write_reports(rows: list[dict], seed: int, puzzle_ids=None, weights: Weights
         print(f"warning: weights: {problem}", file=log)
     written = []
     if csv_path:
-        write_csv(scores, Path(csv_path), ids)
+        write_csv(scores, Path(csv_path), ids, [r.get("similar", "") for r in rows])
         written.append(Path(csv_path))
+        similar_md = None
+        if similarity is not None:
+            similar_md = Path(f"{Path(csv_path).with_suffix('')}.similarity.md")
+            similar_md.write_text(similarity_markdown(similarity))
+        written += write_summary(scores, Path(csv_path), seed, similarity, similar_md)
+        written += [similar_md] if similar_md else []
     if json_path:
         write_json(scores, Path(json_path), seed, weights, ids)
         written.append(Path(json_path))
     if feedback_dir:
         written += write_feedback(scores, Path(feedback_dir), seed, plots)
     if gradescope_dir:
-        written += write_gradescope(scores, Path(gradescope_dir), seed)
+        written += write_gradescope(scores, Path(gradescope_dir), seed, weights)
     return written
 
 

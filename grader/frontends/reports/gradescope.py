@@ -2,14 +2,17 @@
 
     results_json(score, seed)   one submission's points in Gradescope's format: one test per puzzle (score,
                                 max_score, status, output: each check, what is wrong, the likely cause)
-    find_submission(folder)     what a learner uploaded: puzzle files, a repository holding puzzles/, a notebook
     autograde()                 what the bundle's run_autograder calls: grade AUTOGRADER_ROOT/submission through
-                                `batch` (the learner's code in its own process, with its limits) and write
+                                `batch`, which finds the work in it as it does in a class's folder (puzzle files, a
+                                repository holding puzzles/, a notebook: ../handed_in.py), the learner's code in its
+                                own process with its limits, and write
                                 AUTOGRADER_ROOT/results/results.json, whatever happens
 
 The format (Gradescope's "Autograder Specifications"): top level `score`, `execution_time`, `output`,
-`visibility`, `stdout_visibility`, `extra_data` and `tests`; each test `name`, `score`, `max_score`, `status`
-("passed" or "failed"), `output`, `visibility`. Visibility is one of VISIBILITY. Gradescope shows the learner the
+`visibility`, `stdout_visibility`, `extra_data`, `tests` and, when the weights ask for one, `leaderboard` (each
+entry `name`, `value`, `order`); each test `name`, `score`, `max_score`, `status` ("passed" or "failed"),
+`output`, `visibility`: the weights file's for the puzzle, or for a check that is a test of its own, else the
+bundle's. Visibility is one of VISIBILITY. Gradescope shows the learner the
 `output` fields and, with stdout_visibility "visible", the autograder's stdout (hidden by default: it is the
 instructor's log). `gradescope_bundle.py` writes the bundle (`python -m grader gradescope OUT`).
 """
@@ -17,72 +20,101 @@ instructor's log). `gradescope_bundle.py` writes the bundle (`python -m grader g
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
 import tempfile
 import time
 import traceback
+from decimal import Decimal
 from pathlib import Path
 
 from ...core.grading import fresh_seed
-from ...core.result import PASS
+from ...core.result import FAIL, PASS
 from ...specs import SPECS
-from .scoring import (PuzzleScore, SubmissionScore, budget_line, headline, one_line, parse_weights, points_text,
-                      score_row)
-from ..stubs import learner_edited
+from .scoring import (VISIBILITY, PuzzleScore, SubmissionScore, Weights, budget_line, headline, number, one_line,
+                      parse_weights, points_text, score_row)
+from ..handed_in import walk
 
-VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
 CONFIG = "autograder.json"  # the bundle's settings, written by gradescope_bundle.py
 WHOLE = "Not graded: your submission could not be graded as a whole (see the top of this page)."
 
 
-def test_output(p: PuzzleScore) -> str:
-    """A puzzle's part of the page the learner reads: each check with its message, budget and likely cause."""
-    lines = [f"{p.status.replace('_', ' ').upper()}: {points_text(p.points)} of {points_text(p.max_points)} points"]
+def check_lines(c, score) -> list[str]:
+    share = f" ({points_text(score.points)}/{points_text(score.max_points)})" if score.points is not None else ""
+    lines = [f"{'ok  ' if c.passed else 'FAIL'} {c.name}{share}: {c.message}"]
+    if budget_line(c):
+        lines.append(f"     {budget_line(c)}")
+    if c.diagnosis:
+        lines.append(f"     likely cause: {c.diagnosis}")
+    return lines
+
+
+def test_output(p: PuzzleScore, apart: set[str] = frozenset(), points=None) -> str:
+    """A puzzle's part of the page the learner reads: each check with its message, budget and likely cause; the
+    checks in `apart` are tests of their own (check_visibility) and only counted here."""
+    points, top = points if points is not None else (p.points, p.max_points)
+    lines = [f"{p.status.replace('_', ' ').upper()}: {points_text(points)} of {points_text(top)} points"]
     r = p.result
     if r is None or not r.checks:
         detail = (r.error if r is not None else "") or p.reason or WHOLE
         return "\n".join(lines + ([""] + detail.rstrip().splitlines() if detail else []))
     for c, score in zip(r.checks, p.checks):
-        share = f" ({points_text(score.points)}/{points_text(score.max_points)})" if score.points is not None else ""
-        lines.append(f"{'ok  ' if c.passed else 'FAIL'} {c.name}{share}: {c.message}")
-        if budget_line(c):
-            lines.append(f"     {budget_line(c)}")
-        if c.diagnosis:
-            lines.append(f"     likely cause: {c.diagnosis}")
-    lines += [f"FAIL {c.name}: this check is missing from the result" for c in p.checks[len(r.checks):]]
+        if c.name not in apart:
+            lines += check_lines(c, score)
+    lines += [f"FAIL {c.name}: this check is missing from the result" for c in p.checks[len(r.checks):]
+              if c.name not in apart]
+    if apart:
+        lines.append(f"(and {len(apart)} more: {', '.join(sorted(apart))}, each a test of its own)")
     return "\n".join(lines)
 
 
-def rounded_maxima(values: list[float], places: int = 4) -> list[float]:
-    """`values` rounded to `places` decimals so that they still add up to their own rounded sum (the largest
-    remainders round up): Gradescope's total is the sum of the tests' maxima, and 12 x 8.3333 is not 100."""
-    unit = 10 ** places
-    exact = [v * unit for v in values]
-    units = [math.floor(x) for x in exact]
-    order = sorted(range(len(values)), key=lambda i: exact[i] - units[i], reverse=True)
-    for i in order[:round(sum(exact)) - sum(units)]:
-        units[i] += 1
-    return [u / unit for u in units]
+def puzzle_tests(p: PuzzleScore, weights: Weights, visibility: str) -> list[dict]:
+    """The puzzle's test, and one test for each of its checks that the weights give a visibility of its own
+    (partial credit: each check's points go with it)."""
+    own = weights.check_visibility.get(p.id, {})
+    scored = {c.name: c for c in p.checks}
+    apart = [name for name in own if name in scored]
+    points = p.points - sum((scored[n].points or 0 for n in apart), Decimal(0))
+    top = p.max_points - sum((scored[n].max_points or 0 for n in apart), Decimal(0))
+    tests = [{"name": f"{p.id} {p.title}", "score": number(points), "max_score": number(top),
+              "status": "passed" if p.status == PASS else "failed",
+              "output": test_output(p, set(apart), (points, top)),
+              "visibility": weights.puzzle_visibility.get(p.id, visibility)}]
+    results = {c.name: c for c in (p.result.checks if p.result is not None else [])}
+    for name in apart:
+        score, check = scored[name], results.get(name)
+        output = check_lines(check, score) if check is not None else [f"FAIL {name}: this check is missing"]
+        tests.append({"name": f"{p.id} {p.title}: {name}", "score": number(score.points or Decimal(0)),
+                      "max_score": number(score.max_points or Decimal(0)),
+                      "status": "passed" if score.passed and p.status in (PASS, FAIL) else "failed",
+                      "output": "\n".join(output), "visibility": own[name]})
+    return tests
 
 
-def score_of_test(points: float, max_points: float, rounded_max: float) -> float:
-    """A test's score beside its rounded maximum: full marks are exactly the maximum, a part never above it."""
-    return rounded_max if points >= max_points else min(round(points, 4), rounded_max)
+def leaderboard(s: SubmissionScore, weights: Weights) -> list[dict]:
+    """Gradescope's leaderboard entries the weights ask for: a figure of each puzzle that passed (a failed
+    answer's makespan or memory says nothing worth ranking), lower is better."""
+    entries = []
+    for pid, metric in weights.leaderboard:
+        p = next((p for p in s.puzzles if p.id == pid), None)
+        if p is None or p.status != PASS or p.result is None:
+            continue
+        value = p.result.makespan_ticks if metric == "makespan" else max(p.result.peak_bytes or [0])
+        entries.append({"name": f"{pid} {metric}", "value": value, "order": "asc"})
+    return entries
 
 
 def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", stdout_visibility: str = "hidden",
-                 note: str = "") -> dict:
-    """One submission's results.json (a dict; json.dumps it)."""
+                 note: str = "", weights: Weights | None = None) -> dict:
+    """One submission's results.json (a dict; json.dumps it). The weights' visibility, where they set one, wins
+    over `visibility`."""
+    weights = weights or Weights()
     for v in (visibility, stdout_visibility):
         if v not in VISIBILITY:
             raise ValueError(f"visibility {v!r}: expected one of {', '.join(VISIBILITY)}")
-    maxima = rounded_maxima([p.max_points for p in s.puzzles])
-    tests = [{"name": f"{p.id} {p.title}", "score": score_of_test(p.points, p.max_points, top), "max_score": top,
-              "status": "passed" if p.status == PASS else "failed", "output": test_output(p),
-              "visibility": visibility} for p, top in zip(s.puzzles, maxima)]
+    visibility = weights.visibility or visibility
+    tests = [test for p in s.puzzles for test in puzzle_tests(p, weights, visibility)]
     head = [headline(s, seed)]
     if note:
         head.append(note)
@@ -90,60 +122,15 @@ def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", std
         head.append(f"Your submission could not be graded as a whole: {s.error.strip()}")
     if s.flags:
         head.append("Flagged for your instructor to review: " + "; ".join(one_line(f) for f in s.flags))
-    return {"score": round(sum(t["score"] for t in tests), 4), "execution_time": round(s.seconds),
+    data = {"score": number(s.points), "execution_time": round(s.seconds),
             "output": "\n\n".join(head), "visibility": visibility, "stdout_visibility": stdout_visibility,
             "extra_data": {"seed": seed, "kind": s.kind, "flags": s.flags}, "tests": tests}
+    if weights.leaderboard:
+        data["leaderboard"] = leaderboard(s, weights)
+    return data
 
 
 # ---- inside Gradescope's container
-
-SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", "node_modules", ".git"}
-
-
-def _walk(folder: Path, depth: int = 4):
-    """Folders and their files under `folder`, shallowest first, skipping hidden folders, caches and every
-    symbolic link (an uploaded link to / must not send the search, or the copy, through the whole disk)."""
-    level = [folder]
-    for _ in range(depth + 1):
-        nxt = []
-        for d in level:
-            entries = [e for e in sorted(d.iterdir()) if not e.is_symlink()]
-            yield d, [e for e in entries if e.is_file()]
-            nxt += [e for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIPPED_DIRS]
-        level = nxt
-
-
-def find_submission(folder: Path) -> tuple[Path | None, str]:
-    """(what to grade, a note for the learner). Puzzle files win over a notebook when any of them was edited (a
-    stub as generated is not where the learner worked); a folder named puzzles/ and a notebook named
-    puzzles.ipynb come first at the same depth. (None, why) when there is nothing to grade."""
-    names = {s.filename for s in SPECS.values()}
-    dirs, notebooks = [], []
-    for d, files in _walk(folder):
-        if any(f.name in names for f in files):
-            dirs.append(d)
-        notebooks += [f for f in files if f.suffix == ".ipynb"]
-    def shallowest(paths):  # the shallowest; at the same depth puzzles/ or puzzles.ipynb, then by name
-        return min(paths, key=lambda p: (len(p.relative_to(folder).parts), p.stem != "puzzles", str(p)))
-
-    d = shallowest(dirs) if dirs else None
-    nb = shallowest(notebooks) if notebooks else None
-    if d is None and nb is None:
-        return None, (f"No puzzle files ({', '.join(sorted(names))}) and no notebook (*.ipynb) were found in "
-                      f"your submission: upload your puzzle files, or your notebook.")
-    if d is not None and nb is not None:
-        edited = any(learner_edited((d / n).read_text(errors="replace")) for n in names if (d / n).is_file())
-        chosen, other = (d, nb) if edited else (nb, d)
-        return chosen, (f"Graded {_shown(chosen, folder)}; {_shown(other, folder)} was also in your submission "
-                        f"and was not graded.")
-    chosen = d if d is not None else nb
-    return chosen, f"Graded {_shown(chosen, folder)}."
-
-
-def _shown(path: Path, folder: Path) -> str:
-    rel = path.relative_to(folder)
-    return "the files at the top of your submission" if rel == Path(".") else f"{rel}{'/' if path.is_dir() else ''}"
-
 
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,14 +152,10 @@ def autograde(environ=os.environ) -> int:
         ids = config.get("puzzles") or list(SPECS)
         weights = parse_weights(config.get("weights") or {}, f"{CONFIG}: weights")
         visibility = {k: config.get(k, d) for k, d in (("visibility", "visible"), ("stdout_visibility", "hidden"))}
-        item, note = find_submission(root / "submission")
-        if item is None:
-            row = {"name": "submission", "kind": "stray", "error": note, "puzzles": []}
-            note = ""
-        else:
-            row = _grade(item, seed, config, ids)
+        row = _grade(root / "submission", seed, config, ids)
         row["seconds"] = time.monotonic() - started
-        _write(results, results_json(score_row(row, weights, ids), seed, note=note, **visibility))
+        _write(results, results_json(score_row(row, weights, ids), seed, note=row.get("note", ""), weights=weights,
+                                     **visibility))
         print(f"wrote {results}", flush=True)
     except Exception:
         traceback.print_exc(file=sys.stdout)
@@ -184,23 +167,21 @@ def autograde(environ=os.environ) -> int:
     return 0
 
 
-def _grade(item: Path, seed: int, config: dict, ids: list[str]) -> dict:
-    """Grade one item through batch: a private copy (regular files only, 5 folders deep at most) in a folder of
-    its own, graded in a child process."""
+def _grade(upload: Path, seed: int, config: dict, ids: list[str]) -> dict:
+    """Grade the upload through batch, as `batch` grades one learner's folder (the same rules find the work in
+    it: ../handed_in.py): a copy of its regular files (handed_in.walk: no link, no cache, no virtual environment,
+    bounded) in a folder of its own, graded in a child process."""
     from ..batch.parent import run_batch
 
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
         stage = Path(tmp) / "submissions"
-        stage.mkdir()
-        name = item.name if item.suffix == ".ipynb" else "submission"
-        if item.is_dir():
-            for _, files in _walk(item):
-                for f in files:
-                    target = stage / name / f.relative_to(item)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f, target)
-        else:
-            shutil.copyfile(item, stage / name)
-        [row] = run_batch(stage, seed, float(config.get("timeout", 120.0)), int(config.get("memory_mb", 4096)),
-                          ids, jobs=1, progress=sys.stdout)
+        (stage / "submission").mkdir(parents=True)
+        for folder, files in walk(upload):
+            for f in files:
+                target = stage / "submission" / f.relative_to(upload)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
+        whole = config.get("submission_timeout")
+        [row] = run_batch(stage, seed, float(config.get("puzzle_timeout", 60.0)), int(config.get("memory_mb", 4096)),
+                          ids, jobs=1, progress=sys.stdout, submission_timeout=float(whole) if whole else None)
     return row

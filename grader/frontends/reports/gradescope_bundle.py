@@ -4,7 +4,8 @@
                           torch and this package
     OUT/run_autograder    Gradescope runs it for each submission: grades AUTOGRADER_ROOT/submission and writes
                           AUTOGRADER_ROOT/results/results.json (gradescope.autograde)
-    OUT/autograder.json   the settings: time and memory limits, puzzles, weights, visibility
+    OUT/autograder.json   the settings: time limits (a puzzle's, the submission's), the memory limit, puzzles,
+                          weights (with each test's visibility and the leaderboard), visibility
     OUT/grader/, OUT/puzzles/, OUT/pyproject.toml, OUT/README.md
                           the package, as the student release has it (release.package_files): no solutions/,
                           which would sit in the container beside the learner's code
@@ -79,10 +80,11 @@ def bundle_files(root: Path, config: dict, torch_version: str) -> dict[str, str 
     return files
 
 
-def write_bundle(root: Path, out: Path, weights_path=None, timeout: float = 120.0, memory_mb: int = 4096,
+def write_bundle(root: Path, out: Path, weights_path=None, puzzle_timeout: float = 60.0, memory_mb: int = 4096,
                  puzzle_ids=None, visibility: str = "visible", stdout_visibility: str = "hidden",
-                 torch_version: str | None = None) -> tuple[Path, Path]:
-    """Write OUT/ and OUT.zip (setup.sh and run_autograder at the zip's root, as Gradescope wants them)."""
+                 torch_version: str | None = None, submission_timeout: float | None = 540.0) -> tuple[Path, Path]:
+    """Write OUT/ and OUT.zip (setup.sh and run_autograder at the zip's root, as Gradescope wants them); OUT's
+    parents are made, as `release` makes its own."""
     out = Path(out)
     archive = out.with_name(out.name + ".zip")
     for path in (out, archive):
@@ -97,7 +99,9 @@ def write_bundle(root: Path, out: Path, weights_path=None, timeout: float = 120.
         import torch
 
         torch_version = torch.__version__.split("+")[0]
-    config = {"timeout": timeout, "memory_mb": memory_mb, "puzzles": list(puzzle_ids or []) or None,
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config = {"puzzle_timeout": puzzle_timeout, "submission_timeout": submission_timeout, "memory_mb": memory_mb,
+              "puzzles": list(puzzle_ids or []) or None,
               "weights": weights, "visibility": visibility, "stdout_visibility": stdout_visibility}
     files = bundle_files(root, config, torch_version)
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:

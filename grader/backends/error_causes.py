@@ -1,0 +1,58 @@
+"""The likely cause of a plain error (torch's, Python's) out of the learner's code, when the error and the line it
+came from single one out. describe_exception (learner_code.py) appends it to the error, on every backend.
+
+    in-place on a leaf      torch: "a leaf Variable that requires grad is being used in an in-place operation"
+                            -> a weight updated in place while autograd records (no torch.no_grad())
+    inference tensors       torch: "... inference tensor ..." -> a forward under torch.inference_mode(), whose
+                            tensors can never join a graph (torch.no_grad()'s can)
+    a .grad that is None    a NoneType where a tensor was expected, on a line about gradients -> a .grad that
+                            backward never filled: the tensor did not require grad when the forward used it (a
+                            received activation, a microbatch)
+    1 - beta**t = 0         ZeroDivisionError on a line of Adam's bias correction -> the step counter is 0 there
+                            (advanced after the update, or started at 0)
+    past the ends           the simulator: "rank 3: send to/from rank 4, but ranks are 0..3" -> the last rank
+                            sends forward (or the first receives from before it): a pipeline's ends unguarded
+
+A rule names a mistake only when nothing else makes that error on that line; otherwise nothing is added.
+"""
+
+from __future__ import annotations
+
+import re
+
+INFERENCE = re.compile(r"inference tensor", re.IGNORECASE)
+OUT_OF_RANGE = re.compile(r"rank (\d+): (\w+) to/from rank (-?\d+), but ranks are 0\.\.(\d+)")
+ABOUT_GRADIENTS = re.compile(r"grad", re.IGNORECASE)  # a.grad, input_grads[i], grad_x
+BIAS_CORRECTION = re.compile(r"beta|bias|correction|\bbc\d?\b", re.IGNORECASE)
+
+
+def likely_cause(exc: BaseException, line: str) -> str:
+    """The likely mistake behind `exc`, raised at the learner's `line` (its source text), or ''."""
+    message = str(exc)
+    if isinstance(exc, RuntimeError) and "a leaf Variable that requires grad is being used in an in-place" in message:
+        return ("a tensor that requires grad (a weight) was changed in place (w -= ..., w.copy_(...)) while "
+                "autograd records: do the update under `with torch.no_grad():`")
+    if isinstance(exc, RuntimeError) and INFERENCE.search(message):
+        return ("a tensor made under torch.inference_mode() reached autograd: inference tensors can never join a "
+                "graph, not even detached ones. Run a forward whose results autograd will see again (a "
+                "checkpoint, an activation) under torch.no_grad() instead")
+    if isinstance(exc, (TypeError, AttributeError)) and "NoneType" in message and ABOUT_GRADIENTS.search(line):
+        return ("a .grad that is None: backward fills the .grad of a tensor only if it required grad when the "
+                "forward used it. Was it made to require grad before its forward (a received activation or a "
+                "microbatch: a.requires_grad_())?")
+    if isinstance(exc, ZeroDivisionError) and BIAS_CORRECTION.search(line):
+        return ("1 - beta**t is 0 when t = 0: the step counter was 0 at the bias correction (advanced after the "
+                "update, or started at 0). Count the step first, so that t = 1 at the first step")
+    peer = OUT_OF_RANGE.search(message) if isinstance(exc, ValueError) else None
+    if peer is not None:
+        rank, kind, other, last = (peer.group(1), peer.group(2), int(peer.group(3)), int(peer.group(4)))
+        if other == last + 1:
+            return (f"rank {rank} is the last rank, and rank {rank} + 1 is past it: the last pipeline stage sends "
+                    f"nothing forward and receives no gradient from after it (it computes the loss; in 1F1B it runs "
+                    f"no warm-up forward, p-1-rank = 0). Guard those {kind}s with `if rank < world - 1` (a ring "
+                    f"would wrap around: (rank + 1) % world)")
+        if other == -1:
+            return (f"rank {rank} is the first rank, and rank {rank} - 1 is before it: the first pipeline stage "
+                    f"receives no activation (it reads the batch) and sends no gradient back. Guard those {kind}s "
+                    f"with `if rank > 0` (a ring would wrap around: (rank - 1) % world)")
+    return ""

@@ -1,0 +1,80 @@
+"""The likely cause appended to a plain error (grader/backends/error_causes.py): named for the errors whose message
+and line single one mistake out, and for nothing else. The wrong answers in tests/wrong/ that err hold the whole
+path (p1_inference_mode_forward, p3_update_without_no_grad, p5_received_without_requires_grad,
+p8_step_count_from_zero)."""
+
+import pytest
+import torch
+
+from puzzles import sim
+
+from grader.backends.error_causes import likely_cause
+from grader.backends.learner_code import describe_exception
+
+
+def raised(fn) -> BaseException:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the point is to catch what torch raises
+        return exc
+    raise AssertionError("no error")
+
+
+def in_place_on_a_leaf():
+    w = torch.ones(2, requires_grad=True)
+    w -= 1
+
+
+def inference_tensor_into_autograd():
+    with torch.inference_mode():
+        t = torch.ones(2)
+    t.requires_grad_()
+
+
+def cat_of_none():
+    torch.cat([None])
+
+
+def bias_correction_at_step_zero():
+    beta1, t = 0.9, 0
+    return 0.01 / (1 - beta1 ** t)
+
+
+@pytest.mark.parametrize("fn, line, phrase", [
+    (in_place_on_a_leaf, "w -= lr * w.grad", "torch.no_grad()"),
+    (inference_tensor_into_autograd, "start = saved[s].detach().requires_grad_()", "torch.inference_mode()"),
+    (cat_of_none, "return torch.cat(input_grads)", "a.requires_grad_()"),
+    (bias_correction_at_step_zero, "value=-self.lr / (1 - beta1 ** self.t)", "t = 1 at the first step"),
+])
+def test_an_error_that_singles_out_a_mistake_names_it(fn, line, phrase):
+    assert phrase in likely_cause(raised(fn), line)
+
+
+@pytest.mark.parametrize("fn, line", [
+    (cat_of_none, "return torch.cat(outputs)"),  # a None, but nothing says it is a gradient
+    (bias_correction_at_step_zero, "share = total / count"),  # a division by zero, but not Adam's
+    (lambda: torch.ones(2) @ torch.ones(3), "y = x @ w"),
+    (lambda: [][0], "grad = grads[0]"),
+])
+def test_an_error_that_does_not_single_out_a_mistake_gets_no_cause(fn, line):
+    assert likely_cause(raised(fn), line) == ""
+
+
+def test_the_cause_is_appended_to_the_error_with_the_learners_line():
+    text = describe_exception(raised(in_place_on_a_leaf), __file__)
+    assert text.splitlines()[0].startswith("RuntimeError: a leaf Variable")
+    assert "in in_place_on_a_leaf: w -= 1" in text
+    assert text.splitlines()[-1].startswith("likely cause: ")
+
+
+@pytest.mark.parametrize("peer, phrase", [(lambda r, n: r + 1, "`if rank < world - 1`"),
+                                          (lambda r, n: r - 1, "`if rank > 0`")])
+def test_a_pipeline_end_left_unguarded_is_named(peer, phrase):
+    def fn(dist):
+        r, n = dist.get_rank(), dist.get_world_size()
+        x = torch.ones(2, dtype=torch.float64)
+        if r == (n - 1 if peer(0, 2) == 1 else 0):  # only the end that has no neighbour there
+            dist.send(x, peer(r, n))
+
+    exc = raised(lambda: sim.run(fn, 4))
+    assert phrase in likely_cause(exc, "dist.send(y, rank + 1)")
