@@ -1,4 +1,4 @@
-# Generated from solutions/p14_sequence_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest f9926f42bc45)
+# Generated from solutions/p14_sequence_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest f21aaec2e1ef)
 """Puzzle 14 — Sequence parallelism (Megatron's tensor + sequence parallelism on the transformer block).
 
 The task: two pre-norm transformer blocks (`transformer_block` in puzzles.model: an RMS norm, causal multi-head
@@ -125,8 +125,9 @@ L = 2 blocks):
 Hints:
   - Gather: `chunks = torch.empty((N * b, s // N, d), dtype=x.dtype)`, `dist.all_gather_into_tensor(chunks,
     x.contiguous())`, then `from_sequence_chunks(chunks, N)`. Reduce-scatter: `mine = torch.empty((b, s // N, d),
-    dtype=...)`, `dist.reduce_scatter_tensor(mine, sequence_chunks(partial, N))`. (gloo wants exactly these shapes:
-    the gathered output [N·b, ...] for inputs [b, ...]; a stacked [N, b, ...] works on NCCL and here, not there.)
+    dtype=...)`, `dist.reduce_scatter_tensor(mine, sequence_chunks(partial, N))`. (gloo takes exactly these shapes,
+    the gathered [N·b, ...] for pieces [b, ...]; a stacked [N, b, ...], which torch documents and the simulator
+    takes, gloo refuses.)
   - In a Function, keep `dist` on `ctx` in forward (`ctx.dist = dist`) and return one gradient per input of
     forward from backward: `return grad_x, None`.
   - A hook on a norm weight, `w.norm1.register_hook(fn)`, runs in backward with the weight's gradient and puts
