@@ -272,6 +272,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                     fn = self._make_fn(me, make_fn)
                 placed = self._place(me, tuple(args))
                 me.result = fn(SimDist(self, me.rank), *placed)
+                self.storage.close_rank(me.rank)  # a storage resized in place since an op last showed it
                 self.ledgers[me.rank].close()  # what the rank holds as it returns, its inputs included
                 del placed
         except _Abort:
