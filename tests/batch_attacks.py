@@ -145,6 +145,63 @@ for _obj in getattr(_gc, "get_" + "objects")():
         _obj.peak = 8
 '''
     fake = "\\x1b[2K\\r[9/9] alice: 8 passed, 0 failed, 0 errors, 0 not attempted (FAKE-PROGRESS)\\x1b[31m"
+    # Forgers: each rewrites its own record as it leaves the process (every event's times halved, the makespan
+    # made consistent), or makes the comparison read 0, from the import on, naming no grader internal.
+    halve = '''
+def _halve(obs):
+    for e in obs["events"]:
+        e["start"] //= 2
+        e["end"] //= 2
+    obs["makespan"] = max((e["end"] for e in obs["events"]), default=0)
+'''
+    os_write = halve + '''
+import json as _json, os as _os
+_real_write = _os.write
+def _write(fd, data):
+    b = bytes(data)
+    if b[:8] == b"GRADREC1":  # the record: decode the header, halve, encode again
+        n = int.from_bytes(b[8:16], "big")
+        head = _json.loads(b[16:16 + n])
+        pairs = dict((k, v) for k, v in head["value"]["m"])
+        if isinstance(pairs.get("observation"), dict):
+            obs = {k: v for k, v in pairs["observation"]["m"]}
+            obs["events"] = [{k: v for k, v in e["m"]} for e in obs["events"]]
+            _halve(obs)
+            obs["events"] = [{"m": [[k, v] for k, v in e.items()]} for e in obs["events"]]
+            pairs["observation"] = {"m": [[k, v] for k, v in obs.items()]}
+            head["value"] = {"m": [[k, v] for k, v in pairs.items()]}
+        new = _json.dumps(head).encode()
+        _real_write(fd, b[:8] + len(new).to_bytes(8, "big") + new + b[16 + n:])
+        return len(b)
+    return _real_write(fd, data)
+_os.write = _write
+'''
+    profile = halve + '''
+import sys as _sys
+def _hook(frame, event, arg):  # sees every call; rewrites the record it is handed on its way out
+    if event == "call" and frame.f_code.co_name in ("dumps", "record_bytes"):
+        value = frame.f_locals.get("value", frame.f_locals.get("record"))
+        if isinstance(value, dict) and isinstance(value.get("observation"), dict):
+            _halve(value["observation"])
+getattr(_sys, "set" + "profile")(_hook)
+'''
+    kernel = '''
+import torch as _torch
+_lib = _torch.library.Library("aten", "IMPL")
+_lib.impl("max", lambda t: _torch.zeros((), dtype=t.dtype), "CPU")  # every max the comparison takes reads 0
+'''
+    record_grader_error = '''
+import json as _json, os as _os
+_head = _json.dumps({"value": {"m": [["status", "grader_error"], ["findings", []],
+                                     ["error", "the grader crashed, not your answer's fault"]]}, "sizes": []}).encode()
+for _fd in _os.listdir("/proc/self/fd"):
+    try:
+        if _os.readlink(f"/proc/self/fd/{_fd}").startswith("pipe:") and int(_fd) > 2:
+            _os.write(int(_fd), b"GRADREC1" + len(_head).to_bytes(8, "big") + _head)
+    except OSError:
+        pass
+_os._exit(0)
+'''
     return {
         "alice": {},
         "bob": {p: naive(p) for p in PUZZLES},
@@ -168,6 +225,9 @@ for _obj in getattr(_gc, "get_" + "objects")():
         "tamper_ledger": {"p1": ledger + naive("p1")},
         "tamper_cost": {"p7": cost + naive("p7")},
         "tamper_observe": {"p3": observe + naive("p3")},
+        "forger": {"p7": os_write + naive("p7"), "p3": profile + naive("p3"), "p4": kernel + naive("p4"),
+                   "p1": record_grader_error + naive("p1")},
+        "exit70": {"p1": "import os\nos._exit(70)\n" + solution("p1")},
         "tamper_world": {"p1": naive("p1") + "\n_real_backward = checkpointed_backward\n\n\n"
                          "def checkpointed_backward(saved, layers, k, grad_y):\n"
                          "    grads = _real_backward(saved, layers, k, grad_y)\n"

@@ -87,7 +87,8 @@ def _framed(record) -> bytes:
 
 
 def _verdict(spec, payload, seed=3):
-    reply = {"puzzle": spec.id, "timed_out": False, "exit": 0, "signal": None, "too_big": False, "output": ""}
+    reply = {"puzzle": spec.id, "timed_out": False, "exit": 0, "signal": None, "too_big": False, "jailed": True,
+             "output": ""}
     return verdict(spec, reply, payload, seed, 10, 1000)
 
 
@@ -144,6 +145,46 @@ def test_findings_make_the_puzzle_an_error_and_go_to_the_flags():
     result, flags = _verdict(spec, _framed(record))
     assert result.status == "tampered" and "tampering" in result.error
     assert flags == ["p3: tampering: grader.core.grading.grade_observation was replaced"]
+
+
+def test_a_record_cannot_claim_a_grader_failure():
+    """Only the parent decides a grader failure: "not your answer's fault" is not the puzzle's process's to say."""
+    data = record_bytes({"status": "grader_error", "findings": [], "error": "the grader crashed, not your fault"})
+    result, flags = _verdict(SPECS["p3"], data)
+    assert result.status == "error" and "malformed record (no status)" in result.error, result.error
+    assert flags == ["p3: malformed record (no status)"]
+
+
+def test_an_exit_status_after_the_jail_is_entered_is_the_learners():
+    spec = SPECS["p3"]
+    reply = {"puzzle": "p3", "timed_out": False, "exit": 70, "signal": None, "too_big": False, "output": ""}
+    result, flags = verdict(spec, {**reply, "jailed": True}, b"", 3, 10, 1000)
+    assert result.status == "error" and "exit status 70" in result.error and "sandbox" not in result.error
+    assert flags == []
+    result, flags = verdict(spec, {**reply, "jailed": False}, b"", 3, 10, 1000)  # ended before the jail was entered
+    assert "the sandbox could not be entered (a grader failure" in result.error and flags
+
+
+def test_a_record_is_made_without_running_any_of_the_learners_code(monkeypatch):
+    """record.dumps calls no method of a learner's class (a dict whose items() lies, a str whose __str__ lies, a
+    tensor subclass is refused), and json changed after the grader was imported does not reach it."""
+    import json.encoder
+
+    class Lying(dict):
+        def items(self):
+            raise AssertionError("the learner's items() ran")
+
+    class Shout(str):
+        def __str__(self):
+            raise AssertionError("the learner's __str__ ran")
+
+    honest = record_bytes({"a": [1, 2.5, "x"], "t": torch.arange(3.0)})
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: '{"forged": 1}')
+    monkeypatch.setattr(json.encoder.JSONEncoder, "iterencode", lambda *a, **k: iter(['{"forged": 1}']))
+    assert record_bytes({"a": [1, 2.5, "x"], "t": torch.arange(3.0)}) == honest
+    assert record_bytes(Lying(a=Shout("b"))) == record_bytes({"a": "b"})
+    with pytest.raises(TypeError, match="a Sub"):
+        record_bytes({"t": torch.ones(2).as_subclass(type("Sub", (torch.Tensor,), {}))})
 
 
 def test_text_from_a_learner_is_escaped_and_bounded():

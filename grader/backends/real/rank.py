@@ -110,9 +110,9 @@ def tampering(task, tracker) -> list[str]:
     found = []
     before = getattr(task, "before", None)
     if before is not None:
-        found = before.changes(Fingerprint())
+        found = before.changes(Fingerprint(with_kernels=True))
         if found:
-            before.restore()
+            before.restore(found)
     if tracker is not None:
         found += [f"rank {tracker.rank}'s memory ledger: {p}" for p in tracker.ledger.audit()]
     return found

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import reaper, sandbox
 from .sandbox import Policy
+from .runner import JAILED
 from .wire import MAX_RECORD_MB, receive, send
 
 OUTPUT_TAIL = 4096  # bytes of a puzzle's own output kept for its error message
@@ -216,9 +217,11 @@ def _guard(request, policy, slot, pristine, sock):
         import shutil
 
         shutil.rmtree(jail, ignore_errors=True)
+    jailed = record[:1] == JAILED  # written before any learner's code: how the process ends after it is theirs
     reply = {"puzzle": request.get("puzzle"), "seconds": round(time.monotonic() - started, 3),
-             "timed_out": timed_out, "exit": None, "signal": None, "too_big": too_big,
+             "timed_out": timed_out, "exit": None, "signal": None, "too_big": too_big, "jailed": jailed,
              "output": output.decode(errors="replace")}
+    record = record[1:] if jailed else b""
     if os.WIFSIGNALED(status):
         reply["signal"] = os.WTERMSIG(status)
     else:
@@ -271,7 +274,7 @@ def _watch(pid, record_r, output_r, deadline):
             pass
     for fd in (record_r, output_r, *([pidfd] if pidfd is not None else [])):
         os.close(fd)
-    return status, timed_out, bytes(record) if not too_big else b"", bytes(output), too_big
+    return status, timed_out, bytes(record) if not too_big else bytes(record[:1]), bytes(output), too_big
 
 
 def _kill_all(pid: int, status: int | None) -> int:
