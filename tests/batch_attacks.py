@@ -5,6 +5,7 @@ paths the instructor uses (the worst case), and records what it managed in a way
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from grader.frontends.targets import REPO
@@ -55,6 +56,39 @@ if _os.fork() == 0:
         finally:
             _time.sleep(600)
     _os._exit(0)
+'''
+
+
+def killer(marker: str) -> str:
+    """A double-forked, setsid'd daemon that kills the puzzle's warden and the worker's zygote (it can where the
+    learner's code runs as the batch's own uid: `process` mode), then sleeps: orphaned past both, it must still
+    die with the batch (the batch's parent is a subreaper)."""
+    return f'''
+import os as _os, time as _time
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{{pid}}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return 0
+_warden = _parent_of(_os.getpid())
+_zygote = _parent_of(_warden) if _warden > 1 else 0
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        try:
+            _ct = __import__('ct' + 'ypes')
+            _ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)
+            for _pid in (_warden, _zygote):
+                if _pid > 1:
+                    try:
+                        _os.kill(_pid, 9)
+                    except OSError:
+                        pass
+        finally:
+            _time.sleep(600)
+    _os._exit(0)
+_time.sleep(1)  # (the daemon's work is done before this puzzle goes on)
 '''
 
 
@@ -228,6 +262,9 @@ _os._exit(0)
         "forger": {"p7": os_write + naive("p7"), "p3": profile + naive("p3"), "p4": kernel + naive("p4"),
                    "p1": record_grader_error + naive("p1")},
         "exit70": {"p1": "import os\nos._exit(70)\n" + solution("p1")},
+        "tempfile_user": {"p3": "import tempfile\nwith tempfile.TemporaryDirectory() as _d, "
+                                "tempfile.NamedTemporaryFile(dir=_d) as _f:\n    _f.write(b'scratch')\n"
+                                + solution("p3")},
         "tamper_world": {"p1": naive("p1") + "\n_real_backward = checkpointed_backward\n\n\n"
                          "def checkpointed_backward(saved, layers, k, grad_y):\n"
                          "    grads = _real_backward(saved, layers, k, grad_y)\n"
@@ -245,11 +282,13 @@ def write_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[
     return attacks
 
 
-def survivors(marker: str, uids=range(2_000_000_000, 2_000_000_016)) -> list[str]:
-    """Processes alive now that a submission started: named by the marker, or running as a sandbox uid."""
+def survivors(marker: str) -> list[str]:
+    """Processes alive now that a submission started: every process an attack starts carries the marker, in its
+    name (/proc/PID/comm) or its command line. (Not "every process of a sandbox uid": on a shared machine another
+    batch's puzzles run as those uids too.)"""
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or entry.name == str(os.getpid()):
             continue
         try:
             comm = (entry / "comm").read_text().strip()
@@ -258,6 +297,6 @@ def survivors(marker: str, uids=range(2_000_000_000, 2_000_000_016)) -> list[str
                            if line.startswith("Uid:")))
         except (OSError, StopIteration):
             continue
-        if comm.startswith(marker[:15]) or marker in cmdline or uid in uids:
+        if comm.startswith(marker[:15]) or marker in cmdline:
             found.append(f"{entry.name} uid {uid} {comm}: {cmdline[:120]}")
     return found

@@ -9,7 +9,7 @@ import io
 import secrets
 
 import pytest
-from batch_attacks import attack_class, daemon, solution, survivors
+from batch_attacks import attack_class, daemon, killer, solution, survivors
 
 from grader.frontends import batch
 
@@ -19,7 +19,8 @@ def _class(tmp_path, marker):
     attacks = attack_class(subs, [tmp_path / "results.csv"], marker)
     files = {"alice": solution("p3"), "reader": attacks["mallory_solutions"]["p3"],
              "daemon": daemon(marker, "pass") + solution("p3"),
-             "looper": attacks["looper"]["p3"], "exiter": attacks["exit_rank"]["p3"]}
+             "looper": attacks["looper"]["p3"], "exiter": attacks["exit_rank"]["p3"],
+             "killer": killer(marker) + solution("p3"), "zalice": solution("p3")}
     for name, source in files.items():
         (subs / name).mkdir(parents=True)
         (subs / name / "p3_data_parallel.py").write_text(source)
@@ -41,8 +42,9 @@ def _grade(tmp_path, mode):
 
 
 def _common(p3, alive):
-    assert alive == []  # the daemon is dead when the batch returns
+    assert alive == []  # the daemons are dead when the batch returns, the one that killed its warden and zygote too
     assert p3["alice"].status == "pass" and p3["daemon"].status == "pass"
+    assert p3["zalice"].status == "pass"  # graded after the killer, by a worker started afresh if it had to be
     assert p3["looper"].status == "error" and p3["looper"].error.startswith("stopped after 10 s")
     assert p3["exiter"].status == "error" and "sys.exit(0)" in p3["exiter"].error
 

@@ -1,7 +1,7 @@
 """The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
 one guarantee, and each test says which guarantee and how it must fail.
 
-One class of 20 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+One class of 21 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
 10-second limit per puzzle and two jobs: 25 s on this 2-core machine at a load average of 3, 85 s at 9. The guarantees that need the operating
 system's isolation are asserted in the mode this machine gives (namespaces as root, userns otherwise); in the
 degraded `process` mode they are skipped, and tests/test_batch_modes.py shows what that mode still holds.
@@ -63,6 +63,7 @@ def error(graded, name, pid):
 
 def test_honest_submissions_are_graded_as_usual(graded):
     assert all(status(graded, "alice", p) == "pass" for p in PUZZLES), graded["puzzles"]["alice"]
+    assert status(graded, "tempfile_user", "p3") == "pass", error(graded, "tempfile_user", "p3")  # its own /tmp
     assert all(status(graded, "bob", p) == "fail" for p in PUZZLES), graded["puzzles"]["bob"]
     assert all(row["kind"] == "folder" and row["error"] == "" for row in graded["rows"].values())
 

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -31,6 +32,7 @@ from .verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
 MAX_FILE_MB, MAX_FILES = 16, 200  # what a submission may bring
+READ_SECONDS = 60  # to read a notebook's cells (measured: 0.3 s for the standalone notebook, which is the largest)
 ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH"}  # what a worker inherits
 STRAY = "not a submission: expected a notebook (.ipynb) or a folder laid out like puzzles/"
 
@@ -56,23 +58,19 @@ class Broken(Exception):
     """The submission cannot be read (a malformed notebook, too many or too large files): one line for its row."""
 
 
-def private_copy(item: Path, kind: str, into: Path) -> list[str]:
+def private_copy(item: Path, kind: str, into: Path, worker: Worker | None = None) -> list[str]:
     """Copy what will be graded into `into` (the parent's own folder, which no jail can see); return the flags.
-    Only regular files are copied: a symbolic link (to another student's folder, to solutions/) is not followed."""
+    Only regular files are copied: a symbolic link (to another student's folder, to solutions/) is not followed.
+    A notebook is read by `worker` (a process of its own, with a time and a memory limit: a notebook is the
+    learner's data, and this process must never wait on it), or here when there is none."""
     flags, total = [], 0
     into.mkdir(mode=0o700)
     if kind == "notebook":
         if item.stat().st_size > MAX_FILE_MB << 20:
             raise Broken(f"the notebook is larger than {MAX_FILE_MB} MiB")
-        from ..notebooks.file import notebook_target
-
-        try:
-            with notebook_target(item) as folder:
-                for f in folder.glob("*.py"):
-                    shutil.copyfile(f, into / f.name)
-        except Exception as exc:  # not JSON, not a notebook, a cell that is not text, ...
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise Broken(f"could not read the notebook: {type(exc).__name__}: {printable(first)}") from None
+        problem = worker.read_notebook(item, into) if worker is not None else copy_notebook(item, into)
+        if problem:
+            raise Broken(problem)
         return flags
     entries = sorted(item.iterdir())
     if len(entries) > MAX_FILES:
@@ -90,14 +88,59 @@ def private_copy(item: Path, kind: str, into: Path) -> list[str]:
     return flags
 
 
+def copy_notebook(item: Path, into: Path) -> str:
+    """Write the notebook's puzzles into `into` as files; '' or why it could not be read (one line)."""
+    from ..notebooks.file import notebook_target
+
+    try:
+        with notebook_target(item) as folder:
+            for f in folder.glob("*.py"):
+                shutil.copyfile(f, into / f.name)
+    except Exception as exc:  # not JSON, not a notebook, a cell that is not text, too much code, ...
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"could not read the notebook: {type(exc).__name__}: {printable(first)}"
+    return ""
+
+
 # ---- the workers
 
 
-class Worker:
-    """One job slot: a zygote process and the socket to it. Restarted if it stops answering."""
+class Strays:
+    """The batch's parent is a subreaper (Linux): whatever a puzzle starts that outlives its warden and its zygote
+    (a daemon that killed both) is orphaned onto it, not onto init. `sweep` kills and reaps every such child, never
+    a worker's zygote nor a child this process had before the batch; `close` sweeps and stops being a subreaper."""
 
-    def __init__(self, slot: int, mode: str, logs: Path):
-        self.slot, self.mode, self.logs, self.closing = slot, mode, logs, False
+    def __init__(self):
+        self.lock = threading.Lock()  # a sweep never runs while a worker's zygote is being started
+        self.keep = set(reaper.children_of(os.getpid()))
+        self.was_subreaper = sandbox.subreaper(True)
+
+    def spawn(self, start):
+        with self.lock:
+            proc = start()
+            self.keep.add(proc.pid)
+            return proc
+
+    def forget(self, pid: int) -> None:
+        with self.lock:
+            self.keep.discard(pid)
+
+    def sweep(self) -> None:
+        with self.lock:
+            reaper.kill_strays(self.keep)
+
+    def close(self) -> None:
+        self.sweep()
+        if not self.was_subreaper:
+            sandbox.subreaper(False)
+
+
+class Worker:
+    """One job slot: a zygote process and the socket to it. Restarted if it stops answering (and what its puzzles
+    left orphaned onto the batch's parent is killed then: `strays`)."""
+
+    def __init__(self, slot: int, mode: str, logs: Path, strays: Strays):
+        self.slot, self.mode, self.logs, self.closing, self.strays = slot, mode, logs, False, strays
         self.start()
 
     def start(self) -> None:
@@ -109,10 +152,10 @@ class Worker:
         root = str(Path(__file__).resolve().parents[2])  # the zygote imports this very grader
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
         self.log = open(self.logs / f"zygote-{self.slot}.log", "ab")
-        self.proc = subprocess.Popen(
+        self.proc = self.strays.spawn(lambda: subprocess.Popen(
             [sys.executable, "-m", "grader", "_zygote", "--fd", str(theirs.fileno()), "--sandbox", self.mode,
              "--slot", str(self.slot)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.log,
-            stderr=self.log, env=env, start_new_session=True)
+            stderr=self.log, env=env, start_new_session=True))
         theirs.close()
         self.sock, self.ready = ours, None
 
@@ -138,9 +181,29 @@ class Worker:
             if self.closing:
                 return {"puzzle": request["puzzle"], "warden_error": "the batch was interrupted"}, b""
             tail = self.log_tail()
-            self.stop()
-            self.start()
+            self.replace()
             return {"puzzle": request["puzzle"], "warden_error": f"{exc}; {tail}"}, b""
+
+    def read_notebook(self, notebook: Path, into: Path) -> str:
+        """The zygote reads the notebook in a child of its own, within READ_SECONDS (zygote.read_notebook); '' or
+        why it could not."""
+        self.wait_ready()
+        try:
+            wire.send(self.sock, {"notebook": str(notebook), "into": str(into), "timeout": READ_SECONDS})
+            reply, _ = wire.receive(self.sock, time.monotonic() + READ_SECONDS + GRACE)
+        except (EOFError, TimeoutError, OSError) as exc:  # a grader failure: the worker is replaced
+            if self.closing:
+                return "the batch was interrupted"
+            tail = self.log_tail()
+            self.replace()
+            return f"the grader could not read the notebook ({exc}; {tail})"
+        return printable(str(reply.get("error", "")), 300)
+
+    def replace(self) -> None:
+        """A worker that stopped answering: stop it, and everything it left behind, and start afresh."""
+        self.stop()
+        self.strays.sweep()
+        self.start()
 
     def log_tail(self) -> str:
         try:
@@ -159,6 +222,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self.strays.forget(self.proc.pid)
         uid = (self.ready or {}).get("uid")
         if uid is not None:
             reaper.sweep_uid(uid)
@@ -178,7 +242,7 @@ def grade_submission(item: Path, index: int, worker: Worker | None, seed: int, t
         return _finish(row, started)
     copy = scratch / f"{index:05d}"
     try:
-        row["flags"] += private_copy(item, kind, copy)
+        row["flags"] += private_copy(item, kind, copy, worker)
         for spec in select(puzzle_ids):
             request = {"puzzle": spec.id, "copy": str(copy), "seed": seed, "timeout": timeout, "memory_mb": memory_mb}
             reply, payload = worker.run(request)
@@ -206,12 +270,15 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
     items = submissions_in(Path(folder))
     gradable = [i for i in items if kind_of(i) != "stray"]
     rows: dict[Path, dict] = {}
+    strays = Strays()  # from here on, what a puzzle leaves behind is orphaned onto this process, and killed
+    workers: list[Worker] = []
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
         scratch.chmod(0o711)  # a job's uid may pass through (process mode); nobody may list it
-        workers = [Worker(slot, sandbox_mode, scratch) for slot in range(min(max(1, jobs), len(gradable)))]
         pool = None
         try:
+            for slot in range(min(max(1, jobs), len(gradable), sandbox.JOBS_PER_BATCH)):
+                workers.append(Worker(slot, sandbox_mode, scratch, strays))
             if workers:
                 print(describe_sandbox(workers[0].wait_ready()), file=progress, flush=True)
             idle: queue.Queue = queue.Queue()
@@ -240,6 +307,7 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
                 w.stop()
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+            strays.close()
     return [rows[i] for i in items]
 
 

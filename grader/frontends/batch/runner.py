@@ -18,6 +18,7 @@ import gc
 import os
 import random
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -150,6 +151,7 @@ def run_puzzle(request: dict, policy, slot: int, jail: Path, record_w: int, outp
         if sys.platform == "linux":
             sandbox.prctl(sandbox.PR_SET_PDEATHSIG, 9)  # after the uid change, which clears it
         os.environ.update(HOME="/tmp", TMPDIR=str(folder) if policy.mode == "process" else "/tmp")
+        tempfile.tempdir = os.environ["TMPDIR"]  # (the zygote's own, cached by its mkdtemp, is not in the jail)
         os.chdir(folder)
         sys.dont_write_bytecode = True
         sandbox.set_limits(request["memory_mb"], request["timeout"], policy)
