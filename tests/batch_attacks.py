@@ -262,6 +262,8 @@ _os._exit(0)
         "forger": {"p7": os_write + naive("p7"), "p3": profile + naive("p3"), "p4": kernel + naive("p4"),
                    "p1": record_grader_error + naive("p1")},
         "exit70": {"p1": "import os\nos._exit(70)\n" + solution("p1")},
+        "lingerer": {"p3": "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+                           + solution("p3")},  # a thread alive as the record is made could rewrite it
         "tempfile_user": {"p3": "import tempfile\nwith tempfile.TemporaryDirectory() as _d, "
                                 "tempfile.NamedTemporaryFile(dir=_d) as _f:\n    _f.write(b'scratch')\n"
                                 + solution("p3")},

@@ -1,7 +1,7 @@
 """The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
 one guarantee, and each test says which guarantee and how it must fail.
 
-One class of 21 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+One class of 22 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
 10-second limit per puzzle and two jobs: 25 s on this 2-core machine at a load average of 3, 85 s at 9. The guarantees that need the operating
 system's isolation are asserted in the mode this machine gives (namespaces as root, userns otherwise); in the
 degraded `process` mode they are skipped, and tests/test_batch_modes.py shows what that mode still holds.
@@ -172,6 +172,11 @@ def test_a_record_rewritten_on_its_way_out_is_flagged_and_never_passes(graded, p
     watches os, sys, json and the dispatcher's kernels."""
     assert status(graded, "forger", pid) == "tampered", error(graded, "forger", pid)
     assert any(evidence in flag for flag in graded["rows"]["forger"]["flags"]), graded["rows"]["forger"]["flags"]
+
+
+def test_a_thread_still_running_as_the_record_is_made_is_flagged(graded):
+    assert status(graded, "lingerer", "p3") == "tampered", error(graded, "lingerer", "p3")
+    assert "thread(s) of the answer's were still running when its record was made" in error(graded, "lingerer", "p3")
 
 
 def test_only_the_parent_decides_a_grader_failure(graded):
