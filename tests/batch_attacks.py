@@ -251,7 +251,9 @@ _os._exit(0)
         "looper": {"p3": in_function(solution("p3"), "data_parallel_step", "while True:\n    pass")},
         "hog": {"p3": in_function(solution("p3"), "data_parallel_step",
                                   "import torch\nhog = torch.empty(2**36, dtype=torch.float64)"),
-                "p4": in_function(solution("p4"), "tp_forward", "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))")},
+                "p4": in_function(solution("p4"), "tp_forward", "hog = [bytes(1 << 30) for _ in range(64)]")},
+        # (each hog asks for its memory at once, without touching it: a hog that filled 64 MiB at a time had not
+        # reached its limit within 10 s on a busy machine)
         "liar": {"p1": f"import sys\nprint('{fake}', file=sys.stderr, flush=True)\nprint('{fake}', flush=True)\n"
                        "raise ValueError('\\x1b[2Jcleared your screen')\n"},
         "env_reader": {"p3": "import os\nraise RuntimeError('ENV ' + ' '.join(sorted(os.environ)))\n"},

@@ -2,9 +2,12 @@
 one guarantee, and each test says which guarantee and how it must fail.
 
 One class of 22 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
-10-second limit per puzzle and two jobs: 25 s on this 2-core machine at a load average of 3, 85 s at 9. The guarantees that need the operating
-system's isolation are asserted in the mode this machine gives (namespaces as root, userns otherwise); in the
-degraded `process` mode they are skipped, and tests/test_batch_modes.py shows what that mode still holds.
+30-second limit per puzzle and two jobs. The limit is generous on purpose: every honest puzzle must finish
+within it on a busy machine (an honest puzzle takes under a second when the machine is quiet, and 10 s once
+proved too short under load); only the looper, the deliberate endless loop, uses it up, on one of the two jobs
+while the other grades on. The guarantees that need the operating system's isolation are asserted in the mode
+this machine gives (namespaces as root, userns otherwise); in the degraded `process` mode they are skipped, and
+tests/test_batch_modes.py shows what that mode still holds.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from batch_attacks import PUZZLES, survivors, write_class
 
 from grader.frontends.targets import REPO
 
-TIMEOUT = 10
+TIMEOUT = 30
 
 
 @pytest.fixture(scope="module")

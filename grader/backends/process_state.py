@@ -9,7 +9,10 @@ sees attributes): hooks that watch every call, torch's thread-local switches, an
                  included or excluded for this thread.
     Kernels      every aten operator's registrations (`torch._C._dispatch_dump`): `torch.library` re-registering
                  `aten::max` for CPU makes every max the comparison takes read 0. Measured: 40 ms for all 3,110 aten
-                 operators, so one look per graded puzzle.
+                 operators, so a look reads them afresh only when a library was made from Python since the last
+                 look (every registration from Python makes one through `torch._C._dispatch_library`, which this
+                 module counts), or when asked to (`force`: a batch's puzzle process, where a kernel could also
+                 come from a compiled library, reads them once at the end).
 
 Each is read with functions bound when this module is imported, before any learner's code runs, so that an
 answer that replaces `sys.setprofile` or `torch._C._dispatch_dump` changes nothing here (and the fingerprint names
@@ -114,9 +117,28 @@ def _keys(text: str) -> set[str]:
     return {k.strip() for k in inner.split(",") if k.strip()}
 
 
-def kernels() -> dict[str, str]:
-    """Every aten operator's registrations, as the dispatcher prints them."""
-    return {name: _dump(name) for name in _all_ops() if name.startswith("aten::")}
+def _counted(make_library):
+    def _dispatch_library(*args, **kwargs):
+        _LIBRARIES_MADE[0] += 1
+        return make_library(*args, **kwargs)
+
+    _dispatch_library.counts_libraries = True
+    return _dispatch_library
+
+
+_LIBRARIES_MADE = [0]
+if not getattr(_C._dispatch_library, "counts_libraries", False):
+    _C._dispatch_library = _counted(_C._dispatch_library)
+_read: list = [None, None]  # (libraries made then, the kernels read then): the last reading
+
+
+def kernels(force: bool = False) -> dict[str, str]:
+    """Every aten operator's registrations, as the dispatcher prints them (the last reading, when no library has
+    been made from Python since and `force` is not asked)."""
+    if force or _read[0] != _LIBRARIES_MADE[0]:
+        made = _LIBRARIES_MADE[0]
+        _read[:] = [made, {name: _dump(name) for name in _all_ops() if name.startswith("aten::")}]
+    return _read[1]
 
 
 def kernel_changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
@@ -137,16 +159,20 @@ def kernel_changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
     return out
 
 
-def remove_registered_kernels(changed: list[str]) -> None:
-    """Destroy the torch.library registrations an answer made on the operators `changed` names (a Library kept in
-    a global would keep its kernel for every puzzle graded after it in this process). One that cannot be found
-    (made through torch._C directly) stays, and every later look names it again: never a pass."""
+def remove_registered_kernels() -> None:
+    """Destroy the torch.library registrations made since the grader was imported on the aten operators whose
+    kernels changed (a Library an answer keeps in a global would keep its kernel for every puzzle graded after it
+    in this process). One that cannot be found (made through torch._C directly) stays, and every later look names
+    it again: never a pass."""
     import gc
 
-    ops = {c.split("::", 1)[1].split(":", 1)[0].split("'", 1)[0].split(".")[0] for c in changed if "::" in c}
+    now = kernels(force=True)
+    changed = {name.split("::", 1)[1].split(".")[0] for name, text in BASELINE_KERNELS.items() if now.get(name) != text}
+    if not changed or not _LIBRARY:
+        return
     for obj in gc.get_objects():
-        if _LIBRARY and issubclass(type(obj), _LIBRARY) and obj not in _TORCH_LIBRARIES and getattr(obj, "m", None) is not None \
-                and any(impl.split("/")[1].split(".")[0] in ops for impl in obj._op_impls):
+        if issubclass(type(obj), _LIBRARY) and obj not in _TORCH_LIBRARIES and getattr(obj, "m", None) is not None \
+                and any(impl.split("/")[1].split(".")[0] in changed for impl in obj._op_impls):
             obj._destroy()
 
 
@@ -154,10 +180,10 @@ class ProcessState:
     """One look at the hooks and the switches of this thread, and at the kernels of the process (compared with the
     kernels when the grader was imported: a registration that could not be undone is named at every later look)."""
 
-    def __init__(self, with_kernels: bool = True):
+    def __init__(self, with_kernels: bool = True, force: bool = False):
         self.hooks = hooks()
         self.switches = switches()
-        self.kernels = kernels() if with_kernels else None
+        self.kernels = kernels(force) if with_kernels else None
 
     def changes(self, later: ProcessState) -> list[str]:
         out = hook_changes(self.hooks, later.hooks)
@@ -174,11 +200,10 @@ class ProcessState:
             set_hooks(self.hooks)
         return found
 
-    def restore(self, changes: list[str] = ()) -> None:
+    def restore(self) -> None:
         set_hooks(self.hooks)
         set_switches(self.switches)
-        if any(" kernel" in c for c in changes):
-            remove_registered_kernels(list(changes))
+        remove_registered_kernels()
 
 
 def _libraries() -> tuple:
@@ -193,5 +218,5 @@ def _libraries() -> tuple:
 
 # Taken when the grader is imported, before any learner's code: the kernels torch registered itself, and its own
 # torch.library objects (never destroyed).
-BASELINE_KERNELS = kernels()
+BASELINE_KERNELS = kernels(force=True)
 _LIBRARY, _TORCH_LIBRARIES = _libraries()

@@ -217,9 +217,9 @@ def _resolve(dotted: str):
 
 class Fingerprint:
     """What the watched modules (and any `extra` module a caller names) look like now, and the process's state
-    (process_state.py; its kernels only `with_kernels`, the look after a run: 40 ms)."""
+    (process_state.py; its kernels only `with_kernels`, the look after a run)."""
 
-    def __init__(self, extra=(), with_kernels: bool = False):
+    def __init__(self, extra=(), with_kernels: bool = False, force_kernels: bool = False):
         self.modules: dict[str, tuple] = {}
         for name in _watched_names(extra):
             module = sys.modules.get(name)
@@ -231,7 +231,7 @@ class Fingerprint:
                                                and (ours or not isinstance(v, _SCALARS))})
         self.classes = {dotted: _Print(cls, getattr(cls, "__module__", "")) for dotted in WATCHED_CLASSES
                         if isinstance(cls := _resolve(dotted), type)}
-        self.state = ProcessState(with_kernels)
+        self.state = ProcessState(with_kernels, force_kernels)
         self.found: list[str] = []  # hooks cleared since this fingerprint was taken (unhook)
 
     def unhook(self) -> None:
@@ -266,9 +266,9 @@ class Fingerprint:
                 out += _what_changed(dotted, before, after)
         return out
 
-    def restore(self, changes: list[str] = ()) -> None:
+    def restore(self) -> None:
         """Undo every change since this fingerprint was taken, so that the runs after a tampered one are sound."""
-        self.state.restore(changes)
+        self.state.restore()
         now = Fingerprint()
         for name, (module, attrs) in self.modules.items():
             if sys.modules.get(name) is not module:
@@ -302,7 +302,7 @@ def untampered(spec, before: Fingerprint, outcome):
     changes = before.changes(Fingerprint(with_kernels=True))
     if not changes:
         return outcome
-    before.restore(changes)
+    before.restore()
     return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe(changes))
 
 

@@ -112,7 +112,7 @@ def tampering(task, tracker) -> list[str]:
     if before is not None:
         found = before.changes(Fingerprint(with_kernels=True))
         if found:
-            before.restore(found)
+            before.restore()
     if tracker is not None:
         found += [f"rank {tracker.rank}'s memory ledger: {p}" for p in tracker.ledger.audit()]
     return found

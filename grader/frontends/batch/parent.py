@@ -2,8 +2,10 @@
 
 SUBMISSIONS is a folder; each notebook (*.ipynb) or sub-folder laid out like puzzles/ in it is one submission, and
 anything else in it gets a row that says so. The parent copies each submission (its top-level .py files; a
-notebook's puzzle cells) into a private folder, then asks a zygote (zygote.py: torch imported once per job) to
-run each puzzle in a fresh jail (sandbox.py) with its own time and memory limits. The jail only observes; the
+notebook's puzzle cells, which a zygote's child reads within a time limit) into a private folder, then asks a
+zygote (zygote.py: torch imported once per job) to run each puzzle in a fresh jail (sandbox.py) with its own time
+and memory limits. The parent is a subreaper: what a puzzle leaves running past its warden and its zygote is
+orphaned onto it, and killed (Strays). The jail only observes; the
 parent, which never imports a learner's code, parses the record (record.py: no pickle), checks its
 structure, computes the reference and decides the verdict. A puzzle that loops, crashes, exits, exhausts memory
 or tampers with the grader costs that puzzle only, with a reason the learner can read. The threat model is in

@@ -174,11 +174,12 @@ def run_puzzle(request: dict, policy, slot: int, jail: Path, record_w: int, outp
     _no_gc()
     _unhook(pristine)
     later = object.__new__(Fingerprint)
-    _look(later, with_kernels=True)
+    _look(later, with_kernels=True, force_kernels=True)  # (a kernel could come from a compiled library too)
     # (A thread left running matters where the record holds figures to grade: a rank abandoned in an endless loop
     # that catches every exception ends its run with an error, which says so.)
     findings = _changes(pristine, later) + (_threads() if record["status"] == "observed" else [])
-    _restore(pristine.state, findings)  # torch's modes and switches as they were, its kernels its own
+    if findings:
+        _restore(pristine.state)  # torch's modes and switches as they were, its kernels its own
     record["findings"] = findings
     try:
         data = _dumps(record)

@@ -7,8 +7,11 @@
 
 The parent sends one request per puzzle over a socket; the warden answers on the same socket with the puzzle's
 exit, its output's tail and its record (record.py's bytes, which the parent alone parses and checks). The puzzle's
-process never holds that socket: it writes its record to a pipe that only the warden reads, and its stdout and
-stderr to another, of which the warden keeps the last few kilobytes. Forking from one thread after torch was
+process never holds that socket: it writes its record to a pipe that only the warden reads (first a byte that
+says the jail was entered: an exit after it is the learner's), and its stdout and stderr to another, of which the
+warden keeps the last few kilobytes. The parent also sends each notebook here to be read (read_notebook: a child
+with a time and a memory limit writes its puzzles into the parent's private copy), so that the parent never
+parses a learner's data itself. Forking from one thread after torch was
 told to use one thread is what makes this safe (OpenMP pools and BLAS threads do not survive a fork).
 """
 
