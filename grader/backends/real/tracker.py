@@ -231,14 +231,11 @@ class ProcessTracker(TorchDispatchMode):
         closures)."""
         made, seen = [], set()
         for name, t in module_tensors(module):
-            try:
-                storage = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
-                continue
-            if storage._cdata not in seen:
-                seen.add(storage._cdata)
-                self.storage.adopt(storage, self.rank, f"{name}  {AT_IMPORT}")
-                made.append((f"{name} (a global of your file)", storage.nbytes()))
+            for storage in guards.storages_of(t, self):  # (a sparse tensor's parts; a subclass is refused)
+                if storage._cdata not in seen:
+                    seen.add(storage._cdata)
+                    self.storage.adopt(storage, self.rank, f"{name}  {AT_IMPORT}")
+                    made.append((f"{name} (a global of your file)", storage.nbytes()))
         guards.check_import(self.rank, made)
 
     def place(self, value):
@@ -271,15 +268,14 @@ class ProcessTracker(TorchDispatchMode):
         for t in outs:
             if not isinstance(t, torch.Tensor):
                 continue
-            try:
-                st = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            if st._cdata not in self.storage.owner and not func.is_view:
-                if runtime is None:
-                    runtime = _in_runtime()
-                if not runtime:
-                    self.storage.adopt(st, self.rank, self.sites.allocation_site())
+            for st in guards.storages_of(t, self):  # (a sparse tensor's parts; a subclass is refused)
+                if st._cdata in self.storage.owner:  # grown in place (resize_, out=, set_)?
+                    self.storage.see(st, self.rank, self.sites.allocation_site)
+                elif not func.is_view:
+                    if runtime is None:
+                        runtime = _in_runtime()
+                    if not runtime:
+                        self.storage.adopt(st, self.rank, self.sites.allocation_site())
         cost = op_cost(func, args, kwargs, out)
         if cost is not FREE and not self._delivery(func, args):
             self.flops += charge_compute(self.clock, self.rank, self.cost, cost, func, out, self.labels,
