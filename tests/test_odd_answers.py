@@ -28,6 +28,9 @@ FIELDS = {
     "p6": [(("input_grad",), "input gradients"), (("grads", 0, 1), "stage gradients")],
     "p7": [(("layers", 3, 1), "updated weights"), (("grads", 2, 1), None)],
     "p8": [(("layers", 0, 1), "weights after k steps"), (("layers",), "weights after k steps")],
+    "p16": [(("input_grads", 0), "input gradients"), (("input_grads", 1), "input gradients"),
+            (("grads", 1, 0, 1), "chunk gradients"), (("grads",), "chunk gradients")],
+    "p17": [(("input_grad",), "input gradients"), (("grads", 1, 0), "stage gradients")],
 }
 
 TENSOR_VARIANTS = {

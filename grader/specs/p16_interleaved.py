@@ -129,8 +129,21 @@ class Interleaved(PuzzleSpec):
     @staticmethod
     def sequence(obs: Observation, rank: int) -> str:
         """'FFFFBFB...': the rank's chunk forwards and backwards in the order they ran, read off the FLOPs (both
-        chunks cost the same; the last rank's loss is a hair of its chunk 1 units)."""
-        return work_sequence(obs, rank, CHUNK_FORWARD.flops, CHUNK_BACKWARD.flops)
+        chunks cost the same; on the last rank, half of them carry the loss, counted as half a loss each)."""
+        f, b = CHUNK_FORWARD.flops, CHUNK_BACKWARD.flops
+        if rank == P - 1:
+            f, b = f + LOSS_FORWARD.flops // V, b + LOSS_BACKWARD.flops // V
+        return work_sequence(obs, rank, f, b)
+
+    @staticmethod
+    def drained(sequence: str) -> int | None:
+        """Where a rank held nothing again with forwards still to run (a flush of the pipeline), if it did."""
+        held, forwards = 0, 0
+        for k, op in enumerate(sequence):
+            held, forwards = held + (1 if op == "F" else -1), forwards + (op == "F")
+            if held == 0 and 0 < forwards < M * V:
+                return k
+        return None
 
     def bubble_check(self, obs: Observation, budget: Budget) -> Check:
         work = WORK[P - 1].ticks
@@ -193,6 +206,13 @@ class Interleaved(PuzzleSpec):
         if any(obs.busy_ticks(r) > WORK[r].ticks * Fraction(21, 20) for r in range(P)):
             return "the ranks computed more than their chunks' work (see stage compute), and the step took longer"
         sequences = [self.sequence(obs, r) for r in range(P)]
+        flushed = self.drained(sequences[0])
+        if flushed is not None:
+            done = sequences[0][:flushed + 1].count("F")
+            return (f"rank 0 drained: after {done} of its {M * V} forwards it had backwarded every one of them and "
+                    f"held nothing, so the pipeline emptied and filled again ({sequences[0]}). Each fill and drain "
+                    f"costs p-1 slots: the steady state must run the next group's forwards while the last group's "
+                    f"backwards come in, one forward, one backward")
         ahead = [s.index("B") if "B" in s else len(s) for s in sequences]
         want = [warmup(r) + 1 for r in range(P)]
         got = ", ".join(f"rank {r}: {a}" for r, a in enumerate(ahead))

@@ -25,7 +25,8 @@ from .p6_one_f_one_b import ACT, WORKSPACE
 from .pipeline import PipelineSpec
 from .pipeline_values import ALLOWANCE, BACKWARD, D, H, M, MB, P, PER
 from .pipeline_values import B as BATCH
-from .zero_bubble_costs import (B, B_COST, BW, F, LAST_B, ONE_F_ONE_B_IDLE, SLACK, STAGE_WORK, W, W_COST, ZB_IDLE)
+from .zero_bubble_costs import (B, B_COST, BW, F, LAST_B, LAST_W, ONE_F_ONE_B_IDLE, SLACK, STAGE_WORK, W, W_COST,
+                                ZB_IDLE)
 
 WEIGHTS = PER * 2 * D * H * 8  # this stage's weights; their gradients are as many bytes again
 RECEIVED = MB * D * 8  # one microbatch's stage input, received into a buffer of its own (ranks 1 to p-1)
@@ -52,6 +53,11 @@ class ZeroBubble(PipelineSpec):
              "oldest W once more than r are waiting, and the rest at the end.",
              "torch.profiler.record_function(f'W{i}') around a W draws it as W on the schedule (--schedule): see "
              "the W's fill what was 1F1B's bubble.")
+
+    @staticmethod
+    def backward_flops(rank: int) -> int:
+        """One microbatch's backward on `rank`, B and W (the value diagnosis tells a scaled loss from a repeat)."""
+        return b_cost(rank) + (LAST_W if rank == P - 1 else W_COST).flops
 
     def budgets(self, inputs):
         last = STAGE_WORK[P - 1]
@@ -137,18 +143,22 @@ class ZeroBubble(PipelineSpec):
                      diagnosis="" if ok else safe_diagnosis(self.diagnose_memory, obs, r, held[r]))
 
     def diagnose_memory(self, obs: Observation, rank: int, held: int) -> str:
-        if held - MEMORY >= (2 * PER - 2) * D * H * 8:
-            return (f"rank {rank} held about {2 * PER - 1} weight gradients' worth more than a weight's fresh gradient: "
-                    f"all {2 * PER} of the stage's fresh weight gradients at once (torch.autograd.grad hands back "
-                    f"every gradient it computes before you add them into w.grad). W by y.backward(g, "
-                    f"inputs=weights) adds each into w.grad as soon as it is computed")
-        units = (held - D * H * 8) / (ACT + RECEIVED)
-        if units > P + 0.5:
-            return (f"rank {rank} held about {units:.0f} microbatches' activations: a microbatch's are freed by its W, "
-                    f"not its B, so every W deferred keeps one more. ZB-H1 defers r W's on rank r and runs p - 1 - r "
-                    f"warm-up forwards: p microbatches held on every rank, as 1F1B's rank 0 holds")
-        top = obs.ledgers[rank].get("peak_by_line", [])[:3]
-        sites = "; ".join(f"{s['site']}: {s['bytes']:,} bytes" for s in top)
+        """From what was alive at the peak, by the line that allocated it: the activations the model's forward
+        made (microbatches held), and what autograd's backward allocated (fresh weight gradients)."""
+        top = obs.ledgers[rank].get("peak_by_line", [])
+        backward = sum(s["bytes"] for s in top if "[backward" in s["site"])
+        activations = sum(s["bytes"] for s in top if not s["site"].startswith(("[harness]", "input placed"))
+                          and "[backward" not in s["site"])  # the forwards' activations, and inputs received
+        if backward >= (2 * PER - 1) * D * H * 8:
+            return (f"at rank {rank}'s peak, autograd's backward had allocated {backward:,} bytes, all "
+                    f"{2 * PER} of the stage's fresh weight gradients at once (torch.autograd.grad hands back every "
+                    f"gradient it computes before you add them into w.grad; 1F1B holds one at a time). W by "
+                    f"y.backward(g, inputs=weights) adds each into w.grad as soon as it is computed")
+        if activations > (P + 0.5) * (ACT + RECEIVED):
+            return (f"rank {rank} held about {activations / (ACT + RECEIVED):.1f} microbatches' activations: a microbatch's are "
+                    f"freed by its W, not its B, so every W deferred keeps one more. ZB-H1 defers r W's on rank r "
+                    f"and runs p - 1 - r warm-up forwards: p microbatches held on every rank, as 1F1B's rank 0 does")
+        sites = "; ".join(f"{s['site']}: {s['bytes']:,} bytes" for s in top[:3])
         return f"what was alive at rank {rank}'s peak: {sites}"
 
     # ---- B before W
@@ -191,12 +201,15 @@ class ZeroBubble(PipelineSpec):
     @staticmethod
     def diagnose_order(obs: Observation, rank: int, k: int, done: int) -> str:
         b = b_cost(rank)
-        fused = done - (k - 1) * (b + W_COST.flops)
-        if k == 1 and done >= b + (BACKWARD.flops - B_COST.flops) * 9 // 10:
-            return (f"rank {rank}'s first input gradient left after {done / b:.2f} B's worth of backward: the "
-                    f"backward was not split (y.backward(g) computes the input and the weight gradients together). "
-                    f"B is torch.autograd.grad(y, a, g, retain_graph=True); W, later, y.backward(g, inputs=weights)")
-        return (f"rank {rank} computed a weight gradient before sending input gradient number {k}: run each "
-                f"microbatch's B as soon as its gradient arrives, and its W after (fused: {fused:,})")
+        whole = BACKWARD.flops + (LAST_B.flops - B_COST.flops if rank == P - 1 else 0)
+        if k == 1 and abs(done - whole) <= b // 10:
+            return (f"rank {rank}'s first input gradient left after {done:,} FLOPs of backward, a whole backward's "
+                    f"(BW = {whole:,}): the backward was not split (y.backward(g) computes the input and the weight "
+                    f"gradients together). B is torch.autograd.grad(y, a, g, retain_graph=True); W, later, "
+                    f"y.backward(g, inputs=weights)")
+        return (f"rank {rank} computed weight gradients before sending input gradient number {k} (it had done "
+                f"{done / b:.2f} B's worth of backward): when a microbatch's gradient arrives, run its B and send "
+                f"the input gradient on at once; its W can wait")
+
 
 SPEC = ZeroBubble()
