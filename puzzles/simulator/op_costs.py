@@ -7,7 +7,8 @@ Every op a rank runs is counted, so there is no free way to compute. The rules, 
                                                  empty (allocates, writes nothing), .item(), torch.tensor's wrap
     products              their formulas         mm, addmm, bmm, baddbmm, convolutions, attention: torch's own
                                                  (torch.utils.flop_counter); mv, addmv 2·n·k; dot, vdot 2·n;
-                                                 addr 2·n·m; bilinear (_trilinear) 2 per element of the product;
+                                                 addr 2·n·m; addbmm 2·b·n·k·m; in place (addmm_) as out of place;
+                                                 bilinear (_trilinear) 2 per element of the product;
                                                  cdist 3·n·m·d; sparse inputs 2·nnz·k; FFT 5·N·log2(n);
                                                  solve, inverse, LU, QR, SVD, eigen: 2·n³ + 2·n²·k per matrix
     softmax, norms        per element            softmax and log-softmax 5, their backward 4; layer norm 8,
@@ -88,6 +89,7 @@ _LIKE = _packets("zeros_like", "ones_like", "full_like", "rand_like", "randn_lik
 # Products without a formula in torch's FLOP counter (the ones it has: mm, addmm, bmm, baddbmm, convolutions,
 # attention kernels on GPU). Each of these computes a sum of products, and is charged 2 FLOPs per term.
 _VECTOR_PRODUCTS = _packets("mv", "addmv", "dot", "vdot", "inner", "addr", "ger", "outer")
+_BATCH_SUMMED_PRODUCTS = _packets("addbmm")  # self + sum over the batch of batch1 @ batch2: 2·b·n·k·m
 _SOFTMAX = _packets("_softmax", "_log_softmax", "softmax", "log_softmax", "_safe_softmax")
 _SOFTMAX_BACKWARD = _packets("_softmax_backward_data", "_log_softmax_backward_data")
 _LAYER_NORM = _packets("native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -185,7 +187,15 @@ def op_cost(func, args, kwargs, out) -> OpCost:
     return OpCost(flops, nbytes, kind)
 
 
+def _out_of_place(packet):
+    """The out-of-place op of an in-place one (aten.addmm_ -> aten.addmm): the same product, written into its first
+    argument, with the same arguments, so the same formula. Other packets are returned as they are."""
+    name = packet.__name__
+    return getattr(_aten, name[:-1], packet) if name.endswith("_") and not name.startswith("_") else packet
+
+
 def _flops(func, packet, args, kwargs, out, inputs, outputs) -> tuple[int, str]:
+    packet = _out_of_place(packet) if packet not in _MOVES else packet  # w.grad.addmm_(h.t(), dy) is a product
     out_elements = sum(_numel(t) for t in outputs)
     in_largest = max((_numel(t) for t in inputs), default=0)
     if packet in _MOVES:
@@ -197,6 +207,9 @@ def _flops(func, packet, args, kwargs, out, inputs, outputs) -> tuple[int, str]:
         return _registered(formula, args, kwargs, out), "attention" if "attention" in packet.__name__ else "matmul"
     if packet in _VECTOR_PRODUCTS:
         return _vector_product(inputs, out_elements), "matmul"
+    if packet in _BATCH_SUMMED_PRODUCTS:
+        b, n, k = args[1].shape
+        return 2 * b * n * k * args[2].shape[-1], "matmul"
     if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None):
         return _attention(inputs[0], inputs[1], backward=False), "attention"
     if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None):
