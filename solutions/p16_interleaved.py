@@ -1,13 +1,12 @@
 """Puzzle 16 — Interleaved 1F1B (virtual pipeline stages).
 
-The task, and its budgets (p = 4 ranks, v = 2 chunks per rank, m = 8 microbatches; the bubble is the idle time
-over the work, Megatron-LM's measure):
-  - bubble: (makespan - W)/W at most (p-1)/(v·m) + 1 point = 18.75% + 1 point = 19.75%, half of 1F1B's
-    (p-1)/m = 37.5%;
-  - activation memory on every rank at most the interleaved schedule's bound, (v·p + p - 1) chunk activations
-    and a workspace, 466,944 bytes (1F1B holds p·v = 8 of them on rank 0, GPipe m·v = 16);
-  - point-to-point bytes: exactly one microbatch's activation or gradient per chunk boundary crossed, v times
-    1F1B's: 98,304 / 131,072 / 131,072 / 98,304 bytes on ranks 0-3 (1F1B: 32,768 / 65,536 / 65,536 / 32,768).
+The task, and its budgets (p = 4 ranks, v = 2 chunks per rank, m = 8 microbatches):
+  - bubble, the idle time over the work (Megatron-LM's measure), (makespan - W)/W: at most (p-1)/(v·m) + 1 point
+    = 18.75% + 1 point = 19.8%, half of 1F1B's (p-1)/m = 37.5%;
+  - activation memory on every rank at most the interleaved order's bound, (v·p + p - 1)·A_c + d·h·8 + A_c/2 =
+    555,008 bytes: 11 chunk activations (1F1B holds 8 chunks' worth on rank 0, GPipe all 16);
+  - point-to-point bytes: one microbatch's activation or gradient per chunk boundary crossed, each way, v times
+    1F1B's: 98,304 / 131,072 / 131,072 / 98,304 bytes on ranks 0-3 (+ 1 KiB: at most 132,096).
 
 In 1F1B (puzzle 6) rank r idles (p-1)·(F + BW) over a step, whatever m: the p-1 slots it waits while the pipeline
 fills, and the p-1 it waits while it drains. Interleaving makes each slot smaller. Cut the model into v·p = 8
@@ -59,21 +58,25 @@ Checks (sizes: p=4 ranks, v=2 chunks, m=8 microbatches, batch 64, d=64, h=256, 8
   - chunk gradients and input gradients: every w.grad and both returned input gradients equal the serial
     reference.
   - stage compute, every op counted: each chunk's block, each microbatch forward once and backward once, at most
-    m·v·(F/v + BW/v) + m·(LF + LB) + m·mb·d = 25,800,848 FLOPs (F/v = 526,848, BW/v = 1,083,904), at least
-    25,165,824 of them in matmuls (m·v·6 of 2·8·64·256): no recomputation.
+    m·v·(F/v + BW/v) + m·(LF + LB) + m·mb·d = 25,800,848 FLOPs (F/v = 526,848, BW/v = 1,083,904: puzzle 6's F and BW
+    cut in two), at least 25,165,824 of them in matmuls (m·v·6 of 2·8·64·256): no recomputation.
   - bubble: (makespan - W)/W, W = m·v·(F/v + BW/v) + m·(LF + LB) = 32,920 ticks the last rank's own work, at most
-    (p-1)/(v·m) + 1 point = 19.75% (a makespan of 39,421 ticks; a perfect interleaved pipeline takes
-    (v·m + p - 1)·(F + BW)/v + m·(LF + LB) = 38,980). 1F1B's (p-1)/m = 37.5% is far outside it. (Puzzle 6's
-    measure, the idle share of the makespan, says the same: 3/19 = 15.8% against 1F1B's 3/11 = 27.3%.)
-  - activation memory: on every rank, the peak less its weights, their gradients, x or target and the returned
-    input gradients (2·2·d·h·8 + 2·2·d·h·8 + B·d·8 + 2·B·d·8 = 1,146,880 bytes on ranks 0 and 3, 1,114,112 on
-    ranks 1-2) is at most (v·p + p - 1)·A_c + d·h·8 + 2·A_c/2... = 466,944 bytes: A_c = (2·8·h + 8·d)·8 = 36,864
-    bytes is one microbatch's activations in one chunk (x@w1 and its gelu, [8, 256] each, and the block's output,
-    [8, 64]), 11·A_c = 405,504 the interleaved bound, d·h·8 = 131,072 a weight's fresh gradient before autograd
-    adds it into w.grad... (see the grader's message for the exact terms)
-  - point-to-point bytes: each rank sends exactly the messages above (the stated bytes, + 1 KiB).
+    (p-1)/(v·m) + 1 point = 19.8%, a makespan of 39,421 ticks (a perfect interleaved pipeline takes
+    (v·m + p - 1)·(F + BW)/v + m·(LF + LB) = 38,980). 1F1B's (p-1)/m = 37.5% is far outside it; so is
+    finishing each group of p microbatches before the next (the pipeline drains m/p times). Puzzle 6's measure,
+    the idle share of the makespan, says the same: 3/19 = 15.8% against 1F1B's 3/11 = 27.3%.
+  - activation memory: on every rank, the peak less its weights, their gradients, x or target and the two
+    returned input gradients (2·2·d·h·8 + 2·2·d·h·8 + B·d·8 + 2·B·d·8 = 1,146,880 bytes on ranks 0 and 3,
+    1,114,112 on ranks 1-2) is at most (v·p + p - 1)·A_c + d·h·8 + A_c/2 = 555,008 bytes. A_c = (2·8·h + 8·d)·8 =
+    36,864 bytes is one microbatch's activations in one chunk (x@w1 and its gelu, [8, 256] each, and the block's
+    output, [8, 64]); the interleaved order holds at most its warm-up and one more, v·p + p - 1 = 11 of them, on
+    rank 0 (p·(1 + (p-1)/(p·v)) = 5.5 stages' worth, 1F1B 4, GPipe 8); d·h·8 = 131,072 bytes is a weight's fresh
+    gradient before autograd adds it into w.grad; A_c/2 is slack for receive buffers and temporaries.
+  - point-to-point bytes: every rank sends exactly the messages its chunks' boundaries take, 4,096 bytes each
+    (98,304 / 131,072 / 131,072 / 98,304, + 1 KiB): nothing twice, no collective.
   - a deadlock is an error, reported with what each rank waits for.
-  - keep everything as torch tensors.
+  - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
+    bytes, which its memory ledger could not see).
 
 Hints:
   - Write the order as two lists first: the j-th forward is chunk (j // p) % v of microbatch (j // (p·v))·p + j % p;

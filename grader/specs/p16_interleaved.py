@@ -216,11 +216,13 @@ class Interleaved(PuzzleSpec):
         ahead = [s.index("B") if "B" in s else len(s) for s in sequences]
         want = [warmup(r) + 1 for r in range(P)]
         got = ", ".join(f"rank {r}: {a}" for r, a in enumerate(ahead))
-        if any(a < w - 2 for a, w in zip(ahead, want)):
+        if any(a < w for a, w in zip(ahead, want)):
             return (f"forwards before the first backward: {got}; the interleaved order runs (p - r - 1)·2 + "
-                    f"(v - 1)·p + 1 of them: {', '.join(map(str, want))}. A rank with fewer asks for a gradient "
-                    f"the later stages cannot have computed yet, and waits; a microbatch must go round the ranks "
-                    f"twice (v = {V} chunks) before its first gradient comes back")
+                    f"(v - 1)·p + 1 of them: {', '.join(map(str, want))}. With fewer, a rank reaches a backward "
+                    f"whose gradient cannot have come back yet (a microbatch goes round the ranks v = {V} times "
+                    f"first), or an activation its neighbour takes late holds up the gradient it sends after it (a "
+                    f"rank's sends leave in the order it issued them, as on one NCCL stream), and the ranks wait on "
+                    f"each other")
         idle = [1 - obs.busy_ticks(r) / obs.makespan for r in range(P)]
         return ("the ranks idled " + ", ".join(f"rank {r}: {fmt(v, 'fraction')}" for r, v in enumerate(idle))
                 + f"; forwards before the first backward: {got} (the interleaved order: "

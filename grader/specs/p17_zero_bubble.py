@@ -73,8 +73,8 @@ class ZeroBubble(PipelineSpec):
             "activation memory": Budget(
                 "activation memory", f"p·A + p·mb·d·8 + d·h·8 + A/2 bytes (1F1B's p microbatches on rank 0, "
                 f"A = {ACT:,} bytes each, and the p stage inputs a later rank receives)", MEMORY, "bytes"),
-            "B before W": Budget("B before W", "at the k-th input gradient sent, at most k B's and k - 1 W's of "
-                                 "backward FLOPs, + B/2", 0, "count"),
+            "B before W": Budget("B before W", "input gradients sent late (the k-th after more than k B's and "
+                                 "k - 1 W's of backward FLOPs, + B/2)", 0, "count"),
         }
 
     def memory_lines(self, inputs):
