@@ -172,10 +172,11 @@ class ZeroBubble(PipelineSpec):
             b = b_cost(r)
             w = max(0, (flops(obs, r, "backward") - M * b) // M)
             compute = sorted(obs.events_of(r, "compute", "backward"), key=lambda e: e["end"])
-            sends = sorted((e for e in obs.events_of(r, "comm", "send") if e["peers"][-1] == r - 1),
-                           key=lambda e: e["issued"])
-            for k, send in enumerate(sends, start=1):
-                done = sum(e["flops"] for e in compute if e["end"] <= send["issued"])
+            # when the rank issued each send, on its compute stream (real processes record it as the event's start)
+            sends = sorted((e.get("issued") or e["start"] for e in obs.events_of(r, "comm", "send")
+                            if e["peers"][-1] == r - 1))
+            for k, issued in enumerate(sends, start=1):
+                done = sum(e["flops"] for e in compute if e["end"] <= issued)
                 allowed = k * b + (k - 1) * w + b // 2
                 if done > allowed:
                     out.append((r, k, done, allowed))
