@@ -4,8 +4,8 @@ at others, run on the simulator with the references themselves (and with puzzle 
     python bench/bench_pipelines_part_three.py
 
 1. p16: for p = 4, m in {4, 8, 16} and v in {1, 2, 4} (one block a stage, v·p stages): the makespan less the
-   last rank's work, over that work, against (p-1)/(v·m); rank 0's chunk activations before its first backward against v·p +
-   p - 1 (Megatron-LM's warm-up and one); every rank's bytes sent against one message per chunk boundary each way.
+   last rank's work, over that work, against (p-1)/(v·m); rank 0's chunk activations before its first backward
+   against v·p + p - 1 (Megatron-LM's warm-up and one); every rank's bytes sent against one message per chunk boundary each way.
 2. p17: for p = 4 and m in {4, 8, 16}: the last stage's idle ticks against (p-1)·max(F, B, F + B - W), and 1F1B's
    against (p-1)·(F + BW); the makespans; the same with the WeightGradStore split (tests/alternatives).
 """
@@ -64,7 +64,8 @@ def interleaved() -> None:
     f, b = block_costs(MB, D, H, COST, input_grad=True, accumulate=True)
     print(f"  F/v = {f.ticks:,}, BW/v = {b.ticks:,} ticks a chunk; the messages 1 tick")
     print(f"  {'v':>2} {'m':>3} {'makespan':>9} {'W (last)':>9} {'(mk-W)/W':>9} {'(p-1)/(v·m)':>12} "
-          f"{'held r0':>8} {'v·p+p-1':>8} {'bytes r0..r3':>32} {'formula':>32} {'cat':>5}")  # cat: the returned gradients' copies, the last rank's busy beyond W
+          f"{'held r0':>8} {'v·p+p-1':>8} {'bytes r0..r3':>32} {'formula':>32} {'cat':>5}")
+    # cat: the returned gradients' copies, the last rank's busy beyond W
     for v in (1, 2, 4):
         for m in (4, 8, 16):
             if m < P:

@@ -40,7 +40,8 @@ as here. So each rank idles (p-1)·max(F, B, F + B - W) (the paper's (p-1)·(F +
 The split has a price here: W = y.backward(g, inputs=weights) walks the stage's graph again from y, so it
 recomputes the input path's products inside the stage (B's 4 matmuls and W's 7 are 11, where the whole backward
 has 8): B + W = 3,786 ticks against BW = 2,940. The step still ends sooner than 1F1B's (43,354 ticks against
-45,089), and production implementations avoid the price altogether: they keep the gradients B computed at each
+45,089), but only because m is small: the second walk costs m·846 ticks, the bubble saved a fixed 8,772, and at
+m = 16 1F1B would end first. Production implementations avoid the price altogether: they keep the gradients B computed at each
 weight's input and output (Megatron-LM's WeightGradStore), so that W is the weight-gradient products alone, and
 B + W is no more than BW. That is allowed here too, and faster (about 30,200 ticks).
 

@@ -153,8 +153,8 @@ class Interleaved(PuzzleSpec):
         message = (f"the step took {fmt(obs.makespan, 'ticks')} against the last rank's own work of W = "
                    f"m·v·(F/v + BW/v) + m·(LF + LB) = {fmt(work, 'ticks')}: a bubble of (makespan - W)/W = "
                    f"{fmt(bubble, 'fraction')}, {'within' if ok else 'over'} the budget {budget.describe()} "
-                   f"(1F1B's: (p-1)/m = {fmt(float(Fraction(P - 1, M)), 'fraction')}; a perfect interleaved pipeline takes "
-                   f"(v·m + p - 1)·(F + BW)/v + m·(LF + LB) = {fmt(ideal, 'ticks')}). Compute per rank: "
+                   f"(1F1B's: (p-1)/m = {fmt(float(Fraction(P - 1, M)), 'fraction')}; a perfect interleaved pipeline "
+                   f"takes (v·m + p - 1)·(F + BW)/v + m·(LF + LB) = {fmt(ideal, 'ticks')}). Compute per rank: "
                    f"{', '.join(f'{obs.busy_ticks(r):,}' for r in range(P))} ticks")
         return Check("bubble", ok, message, measured=round(bubble, 6), budget=budget,
                      diagnosis="" if ok else safe_diagnosis(self.diagnose_bubble, obs))

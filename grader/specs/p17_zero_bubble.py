@@ -12,6 +12,13 @@ gradient, on the critical path) and W (the weight gradients, deferred into the b
     B before W                         each input gradient leaves before its microbatch's weight gradients are
                                        computed, read off the FLOPs at each send
 
+The bubble is measured against the answer's own compute because two correct splits cost differently (autograd's
+walks the stage twice; Megatron-LM's WeightGradStore does not): against the formula's work alone, a 1F1B order with
+the cheaper split would pass. The cap at the formula's work stops filler from an answer that does the formula's
+work; an answer with the cheaper split has room under the cap (about a third of its work), and dummy compute placed
+exactly in its idle slots would count as work there. No notion of useful work on the clock closes that; the
+compute ceiling bounds it in FLOPs, not in copies' ticks.
+
 The costs and the formula live in zero_bubble_costs.py.
 """
 
@@ -155,8 +162,8 @@ class ZeroBubble(PipelineSpec):
                     f"gradient it computes before you add them into w.grad; 1F1B holds one at a time). W by "
                     f"y.backward(g, inputs=weights) adds each into w.grad as soon as it is computed")
         if activations > (P + 0.5) * (ACT + RECEIVED):
-            return (f"rank {rank} held about {activations / (ACT + RECEIVED):.1f} microbatches' activations: a microbatch's are "
-                    f"freed by its W, not its B, so every W deferred keeps one more. ZB-H1 defers r W's on rank r "
+            return (f"rank {rank} held about {activations / (ACT + RECEIVED):.1f} microbatches' activations: a "
+                    f"microbatch's are freed by its W, not its B, so every W deferred keeps one more. ZB-H1 defers r W's on rank r "
                     f"and runs p - 1 - r warm-up forwards: p microbatches held on every rank, as 1F1B's rank 0 does")
         sites = "; ".join(f"{s['site']}: {s['bytes']:,} bytes" for s in top[:3])
         return f"what was alive at rank {rank}'s peak: {sites}"
