@@ -34,16 +34,16 @@ activations go with its W, not its B), as many as 1F1B's rank 0:
 
 The bubble: rank 0 waits (p-1)·B for its first input gradient (1F1B: (p-1)·BW); the last rank waits (p-1)·F for
 its first activation, as in 1F1B; and the cool-down's gaps, (p-1)·F in 1F1B, are filled by W's whenever W >= F,
-as here. So each rank idles (p-1)·max(F, B, F + B - W) (the paper's (p-1)·(F + B - W) when F = B = W, a third of
+as here. So each rank idles at most (p-1)·max(F, B, F + B - W) (the paper's (p-1)·(F + B - W) when F = B = W, a third of
 1F1B's (p-1)·(F + B + W)): 3·1,116 = 3,348 ticks here against 1F1B's 12,120.
 
 The split has a price here: W = y.backward(g, inputs=weights) walks the stage's graph again from y, so it
 recomputes the input path's products inside the stage (B's 4 matmuls and W's 7 are 11, where the whole backward
 has 8): B + W = 3,786 ticks against BW = 2,940. The step still ends sooner than 1F1B's (43,354 ticks against
 45,089), but only because m is small: the second walk costs m·846 ticks, the bubble saved a fixed 8,772, and at
-m = 16 1F1B would end first. Production implementations avoid the price altogether: they keep the gradients B computed at each
-weight's input and output (Megatron-LM's WeightGradStore), so that W is the weight-gradient products alone, and
-B + W is no more than BW. That is allowed here too, and faster (about 30,200 ticks).
+m = 16 1F1B would end first. Production implementations avoid the price altogether: they keep the gradients B
+computed at each weight's input and output (Megatron-LM's WeightGradStore), so that W is the weight-gradient
+products alone, and B + W is no more than BW. That is allowed here too, and faster (about 30,200 ticks).
 
 Write `zero_bubble_step(dist, layers, x, target, n_micro, micro_shape)`, with puzzle 6's contract:
   - `layers`: this stage's 2 blocks, a list of (w1 [64, 256], w2 [256, 64]) pairs with requires_grad;

@@ -131,8 +131,36 @@ class ZeroBubble(PipelineSpec):
                     f"waiting and runs them when it would otherwise wait, at the end")
         if abs(idle - fused) <= SLACK:
             return f"the bubble is 1F1B's, (p-1)·(F + BW) = {fused:,} ticks"
+        waits = [(r, self.idle_with_w_waiting(obs, r)) for r in range(1, P)]
+        r, ticks = max(waits, key=lambda rw: rw[1])
+        if ticks > SLACK:
+            return (f"rank {r} sat idle {ticks:,} ticks waiting for a message while it held a W it had deferred, "
+                    f"ready to run: a W belongs before the receive that blocks (a recv, a wait(), or "
+                    f"batch_isend_irecv's handles), where it fills the wait, not after it")
         return ("look at the schedule (--schedule): where does a rank wait for an activation or a gradient while "
                 "it still has a deferred W it could run?")
+
+    @staticmethod
+    def idle_with_w_waiting(obs: Observation, rank: int) -> int:
+        """The ticks `rank` sat idle while it had run more B's than W's: B's counted by the input gradients it had
+        sent, W's by the backward FLOPs beyond those B's (its own W's size, read off its total)."""
+        b = b_cost(rank)
+        w = (flops(obs, rank, "backward") - M * b) // M
+        if w <= 0:
+            return 0
+        compute = sorted(obs.events_of(rank, "compute"), key=lambda e: e["start"])
+        sends = [e.get("issued") or e["start"] for e in obs.events_of(rank, "comm", "send")
+                 if e["peers"][-1] == rank - 1]
+        total = 0
+        for before, after in zip(compute, compute[1:]):
+            if after["start"] <= before["end"]:
+                continue
+            t = before["end"]
+            bs = sum(1 for s in sends if s <= t)
+            done = sum(e["flops"] for e in compute if e["kind"] == "backward" and e["end"] <= t)
+            if bs - round((done - bs * b) / w) >= 1:
+                total += after["start"] - t
+        return total
 
     # ---- activation memory
 
@@ -163,8 +191,9 @@ class ZeroBubble(PipelineSpec):
                     f"y.backward(g, inputs=weights) adds each into w.grad as soon as it is computed")
         if activations > (P + 0.5) * (ACT + RECEIVED):
             return (f"rank {rank} held about {activations / (ACT + RECEIVED):.1f} microbatches' activations: a "
-                    f"microbatch's are freed by its W, not its B, so every W deferred keeps one more. ZB-H1 defers r W's on rank r "
-                    f"and runs p - 1 - r warm-up forwards: p microbatches held on every rank, as 1F1B's rank 0 does")
+                    f"microbatch's are freed by its W, not its B, so every W deferred keeps one more. ZB-H1 defers r "
+                    f"W's on rank r and runs p - 1 - r warm-up forwards: p microbatches held on every rank, as 1F1B's "
+                    f"rank 0 does")
         sites = "; ".join(f"{s['site']}: {s['bytes']:,} bytes" for s in top[:3])
         return f"what was alive at rank {rank}'s peak: {sites}"
 
