@@ -29,7 +29,7 @@ from .pipeline_values import BACKWARD, COST, D, FORWARD, H, LOSS_BACKWARD, LOSS_
 def split_costs(last: bool) -> tuple[Cost, Cost, Cost]:
     """(F, B, W) of one stage on one microbatch; `last`: the stage that computes the loss too."""
     layers = init_layers(PER, D, H, seed=0)
-    weights = [w for pair in layers for w in pair]
+    weights = [w for block in layers for w in block]  # w1, w2 of each block
     for w in weights:
         w.grad = torch.zeros_like(w)  # the grader hands every weight a zeroed .grad: W adds into it
     a = torch.ones(MB, D, dtype=DTYPE).requires_grad_()
