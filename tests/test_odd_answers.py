@@ -31,6 +31,9 @@ FIELDS = {
     "p16": [(("input_grads", 0), "input gradients"), (("input_grads", 1), "input gradients"),
             (("grads", 1, 0, 1), "chunk gradients"), (("grads",), "chunk gradients")],
     "p17": [(("input_grad",), "input gradients"), (("grads", 1, 0), "stage gradients")],
+    "p13": [(("t", 0), "ring values"), (("t", 7), "doubling values")],
+    "p15": [(("y",), "output"), (("x_grad",), "input gradient"), (("wqkv_grad",), "q/k/v gradients"),
+            (("wo_grad",), "output projection gradient")],
 }
 
 TENSOR_VARIANTS = {
