@@ -141,7 +141,7 @@ def test_clock_checks_are_reported_as_simulator_only(references, naive):
     clock_based = {s.id: s.simulator_only for s, *_ in references if s.simulator_only}
     assert clock_based == {"p5": ("bubble",), "p6": ("bubble",), "p7": ("makespan",), "p10": ("makespan",),
                            "p11": ("bubble",), "p13": ("ring makespan", "doubling makespan"),
-                           "p15": ("makespan",)}
+                           "p15": ("makespan",), "p16": ("bubble",), "p17": ("bubble",)}
 
 
 def test_deadlocks_are_reported_not_hung():

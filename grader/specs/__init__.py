@@ -13,6 +13,9 @@
     three_d_layout.py, three_d_groups.py p11's rank layout, sizes and serial pieces; its process-group rules
     expert_routing.py                    p12's sizes, the routing built into every seed, the serial mixture of
                                          experts and the common mistakes replayed on it
+    interleaved_layout.py                p16's 8 one-block stages on 4 ranks (2 chunks each), the interleaved
+                                         order, the serial step cut at every stage, the value diagnoses
+    zero_bubble_costs.py                 p17's F, B and W as a learner splits the backward, and ZB-H1's bubble
     sub_world.py                         p13: the `dist` of a world of its own made of some of the ranks (4 of 8)
     all_reduce_runs.py                   p13's network, its eight runs and their formulas; one run's messages,
                                          time and memory read out of the whole record

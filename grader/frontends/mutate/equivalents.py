@@ -62,6 +62,10 @@ _GRAD_MODE_ON = ("the grader calls the backward function with grad mode on (outs
 _LEAF_ALREADY = ("x does not require grad, so its chunk is already a leaf; requires_grad_() on it makes the same "
                  "leaf detach() would (a view either way, no copy)")
 _SEND_COPIES = "a send copies the values; whether the tensor sent carries a graph changes nothing on either rank"
+_ACTIVATION_RECEIVED = ("the next rank has received this activation before it can send its gradient back, so the "
+                        "isend's wait() is instant wherever it stands after the forward: the same makespan and peaks")
+_COOL_DOWN_W = ("in the cool-down a W run after one more B fills a gap the rank would wait in anyway: the same "
+                "makespan and peaks, measured")
 # p11's build_3d_groups, as the mutator unparses it with two coordinates of one comprehension swapped
 _LAYOUT_LINE = "layouts = {  # every group of each kind, in the same order on every rank"
 _LAYOUT_TP = ("layouts = {'tp': [[at(dp, pp, tp) for tp in range(T)] for pp in range(P) for dp in range(D)], "
@@ -213,6 +217,54 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "the flat copy being reduce-scattered: +65,536 bytes at rank 0's peak, measured, the same makespan. "
                "p10's rules budget the weights (the gathered buffers, and everything the forward holds), not the "
                "backward's gradient buffers: no stated rule forbids it"),
+    Equivalent("p16", "off-by-one", "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units)",
+               "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units + 1)",
+               "for the puzzle's sizes (p = 4, v = 2, m = 8) min() picks the warm-up, at most 10, either way: the "
+               "m·v = 16 units cap it only when m is smaller than the text fixes"),
+    Equivalent("p16", "off-by-one", "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units)",
+               "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units - 1)",
+               "for the puzzle's sizes (p = 4, v = 2, m = 8) min() picks the warm-up, at most 10, either way: the "
+               "m·v = 16 units cap it only when m is smaller than the text fixes"),
+    Equivalent("p16", "swap-statements", "dist.recv(g, src=(rank + 1) % world)",
+               "activation_sends.pop((c, i)).wait()  # its gradient is back: the next rank had the activation",
+               _ACTIVATION_RECEIVED),
+    Equivalent("p16", "swap-statements",
+               "activation_sends.pop((c, i)).wait()  # its gradient is back: the next rank had the activation",
+               "y.backward(g)", _ACTIVATION_RECEIVED),
+    Equivalent("p16", "drop-detach", "a = x.chunk(n_micro)[i].detach()", "a = x.chunk(n_micro)[i]", _LEAF_ALREADY),
+    Equivalent("p16", "drop-detach", "activation_sends[c, i] = dist.isend(y.detach(), (rank + 1) % world)",
+               "activation_sends[c, i] = dist.isend(y, (rank + 1) % world)", _SEND_COPIES),
+    Equivalent("p16", "swap-args", "y = loss_fn(y, target.chunk(n_micro)[i]) / n_micro",
+               "y = loss_fn(target.chunk(n_micro)[i], y) / n_micro", _SYMMETRIC_LOSS),
+    Equivalent("p17", "off-by-one", "warmup = min(world - 1 - rank, n_micro)",
+               "warmup = min(world - 1 - rank, n_micro + 1)",
+               "for the puzzle's sizes (p = 4, m = 8) min() picks world - 1 - rank <= 3 either way"),
+    Equivalent("p17", "off-by-one", "warmup = min(world - 1 - rank, n_micro)",
+               "warmup = min(world - 1 - rank, n_micro - 1)",
+               "for the puzzle's sizes (p = 4, m = 8) min() picks world - 1 - rank <= 3 either way"),
+    Equivalent("p17", "off-by-one", "if len(waiting) > rank:", "if len(waiting) >= rank:",
+               "rank r defers r - 1 W's in the steady state instead of r: a schedule between 1F1B and ZB-H1 whose "
+               "last stage idles 3,715 ticks, measured, within the stated budget of 3,906 (and under a third of "
+               "1F1B's 12,120); it holds fewer microbatches. The rules are the bubble and the memory, not ZB-H1's "
+               "exact order", occurrence=1),
+    Equivalent("p17", "off-by-one", "if len(waiting) > rank:", "if len(waiting) >= rank:", _COOL_DOWN_W,
+               occurrence=2),
+    Equivalent("p17", "drop-guard", "if len(waiting) > rank:", "if True:", _COOL_DOWN_W, occurrence=2),
+    Equivalent("p17", "swap-statements", "while waiting:  # the deferred W's, in what was 1F1B's bubble",
+               "for work in gradient_sends:",
+               "the last input gradient a rank sends is received by the rank before it at once (it waits for "
+               "nothing else by then), so waiting for the sends before the deferred W's or after takes the same "
+               "time: the same makespan and peaks, measured"),
+    Equivalent("p17", "swap-statements", "dist.recv(g, src=rank + 1)",
+               "activation_sends.pop(i).wait()  # its gradient is back: the next rank had the activation",
+               _ACTIVATION_RECEIVED),
+    Equivalent("p17", "drop-detach", "a = x.chunk(n_micro)[i].detach()", "a = x.chunk(n_micro)[i]", _LEAF_ALREADY),
+    Equivalent("p17", "drop-detach", "activation_sends[i] = dist.isend(y.detach(), rank + 1)",
+               "activation_sends[i] = dist.isend(y, rank + 1)", _SEND_COPIES),
+    Equivalent("p17", "reverse-order", "i, g = waiting.popleft()", "i, g = waiting.pop()",
+               "each W takes its own microbatch's output gradient with it from the queue, so the deferred W's run "
+               "in another order with the same pairs: the same weight gradients (summed in another order, equal to "
+               "rounding), every W still after its B; the same makespan and peaks, measured"),
     Equivalent("p15", "swap-statements",
                "theirs = load_balanced_chunks((rank - step) % world, world)  # the chunks of the block I hold",
                "if step < world - 1:  # the next block arrives while I compute with this one",
