@@ -44,6 +44,7 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/op_costs.py     what each op costs: its FLOPs and bytes
     simulator/tally.py        what a piece of code costs, outside a run
     simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
+    simulator/filesystem.py   a disk every rank and every run of a job shares, and a rank that dies (checkpoints)
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
@@ -77,6 +78,7 @@ from dataclasses import dataclass
 
 from .simulator.clock import Event
 from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
+from .simulator.filesystem import CrashPoint, Disk, DiskProfile, RankCrashed
 from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
@@ -92,6 +94,7 @@ __all__ = [
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
     "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
+    "Disk", "DiskProfile", "CrashPoint", "RankCrashed",
 ]
 
 

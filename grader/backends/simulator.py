@@ -35,6 +35,8 @@ def audit(result, spec: PuzzleSpec) -> list[str]:
 def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
     """Run the learner's code for one puzzle on the simulator and collect what it did."""
     check_entries(spec, module)
+    if spec.job_of_launches:  # several launches that share a disk (p18)
+        return launches.observe_job(spec, module, inputs, seed)
     args, rank_args = spec.launch(inputs)
     result = sim.run(None, spec.world_size, make_fn=rank_programs(spec, module), args=args, rank_args=rank_args,
                      cost=spec.cost, seed=seed, timeout=spec.timeout, library_files=[model.__file__],
@@ -125,3 +127,6 @@ def grade_file(spec: PuzzleSpec, path: Path, seed: int) -> PuzzleResult:
 def grade_folder(folder: Path, specs, seed: int) -> list[PuzzleResult]:
     """Every puzzle of `specs` from a folder laid out like puzzles/."""
     return [grade_file(spec, folder / spec.filename, seed) for spec in specs]
+
+
+from . import launches  # noqa: E402  (launches.py builds on this module's rank_programs and audit)

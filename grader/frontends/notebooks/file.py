@@ -141,6 +141,11 @@ precision and its 16 bytes per parameter (puzzle 9, after ZeRO's accounting in p
 parallel with prefetching (puzzle 10: ZeRO and overlap, puzzles 7 and 8, at once), data x pipeline x tensor
 parallelism on sub-groups of ranks (puzzle 11: puzzles 3, 4 and 6 at once), and mixture-of-experts with
 all-to-all (puzzle 12). Same rules as Part I: real tensors, a memory ledger and a clock."""),
+    Part("part-3", 13, 19, """# Part III: at scale, and when things go wrong (puzzles 13 to 19)
+
+What the largest runs add: collectives written from sends and receives, sequence and context parallelism, pipeline
+schedules that shrink the bubble, recovery from a failure, and numerics under sharding. Same rules: real tensors,
+a memory ledger and a clock."""),
 )
 
 

@@ -1,0 +1,207 @@
+"""p18's job: the launches it is made of, what each rank runs in one, and the job itself.
+
+A real training job is launched, dies, and is launched again, perhaps on fewer machines, from its checkpoints.
+So p18 is graded on a job of several launches that share one disk, each launch a run of N processes (simulated
+ranks, or real processes on gloo: a backend hands `job` a launcher that runs a Launch either way):
+
+    control        the grader's own run, no checkpoint: the truth (spec.reference runs it, 4 ranks, then 2)
+    train          4 ranks, 6 steps, save_checkpoint after steps 2 and 4: saving must change nothing
+    crash          4 ranks: rank 2 dies at the start of step 5 (after the save of step 4)
+      resume         4 fresh ranks: load_checkpoint, then steps 5 and 6
+      reshard        2 fresh ranks on the same disk: load_checkpoint, then steps 5 and 6
+    crash points   for every change a rank makes to the disk while it saves step 4 (the train launch lists them):
+                   4 ranks that die there, then 4 fresh ranks that load and run to step 6
+    damaged        the train launch's disk with one byte of rank 2's shard of step 4 flipped, then a resume
+
+Each rank returns the pieces of its state (recovery_training.pieces) where they are compared: after each save,
+right after load_checkpoint, and at the end. The comparisons are the spec's (p18_recovery.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from puzzles.sim import CrashPoint, RankCrashed
+from puzzles.simulator.filesystem import DiskEvent
+
+from . import recovery_training as training
+from .recovery_training import N, SAVES, STEPS, differences
+
+CRASH_RANK, CRASH_STEP = 2, 5  # the failure at a chosen step: rank 2 dies as step 5 begins
+POINTS_SAVE = SAVES[-1]  # the save whose every change to the disk is a crash point (a good checkpoint before it)
+DAMAGED_RANK = 2  # whose shard of the newest checkpoint the damaged disk flips a byte of
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of the job: `world` ranks; load_checkpoint first if `load`; steps until `until`, saving after
+    each step of `saves`; a rank dies at `crash` (a change to the disk) or at the start of step `crash_step`
+    (rank, step); `control`: the grader's own run (no learner code), starting from given pieces if `start`."""
+
+    name: str
+    world: int = N
+    load: bool = False
+    until: int = STEPS
+    saves: tuple = SAVES
+    crash: CrashPoint | None = None
+    crash_step: tuple | None = None
+    control: bool = False
+    records: tuple = SAVES  # steps after which each rank records its pieces (the control's truth)
+    after_load: int | None = None  # steps to run after loading (None: until `until`)
+
+    @property
+    def dies(self) -> bool:
+        return self.crash is not None or self.crash_step is not None
+
+
+TRAIN = Launch("train")
+CRASH = Launch("crash", crash_step=(CRASH_RANK, CRASH_STEP))
+RESUME = Launch("resume", load=True, saves=())
+RESHARD = Launch("reshard", world=2, load=True, saves=())
+POINT = Launch("crash point", until=POINTS_SAVE)  # and its crash point
+POINT_RESUME = Launch("resume", load=True, saves=(), after_load=1)  # one step from the loaded checkpoint
+CONTROL = Launch("control", saves=(), control=True, records=tuple(range(1, STEPS + 1)))
+CONTROL_2 = Launch("control", world=2, saves=(), control=True, records=())
+
+
+def program(save=None, load=None):
+    """What every rank runs in a launch: the harness around the learner's save_checkpoint and load_checkpoint."""
+
+    def run(dist, launch, disk, seed, x, target, start, pieces_at_start=None):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        fs = disk.mount(dist)
+        if pieces_at_start is not None:
+            state = training.state_from(pieces_at_start, seed)
+        else:
+            state = training.fresh_state(rank, world, start, seed)
+        out = {"rank": rank, "launch": launch.name, "at": {}}
+        try:
+            if launch.load:
+                with fs.phase("load"):
+                    load(dist, fs, state)
+                out["loaded"] = training.pieces(state)
+            until = launch.until if launch.after_load is None else state.step + launch.after_load
+            while state.step < until:
+                if launch.crash_step == (rank, state.step + 1):
+                    fs.crash()
+                training.train_step(dist, state, x, target)
+                if state.step in launch.saves:
+                    with fs.phase(f"save {state.step}"):
+                        save(dist, fs, state)
+                if state.step in launch.records:
+                    out["at"][state.step] = training.pieces(state)
+            out["final"] = training.pieces(state)
+        except BaseException:
+            if fs.dead:  # whatever the dying rank's code raised on its way out (torch.save's own RuntimeError...)
+                raise RankCrashed(f"rank {rank} died") from None
+            raise
+        out["disk"] = [e.to_dict() for e in fs.events()]
+        return out
+
+    return run
+
+
+@dataclass
+class Resumed:
+    """A launch that loads: each rank's results, or the error it raised instead (the text of it)."""
+
+    results: list | None = None
+    error: str = ""
+
+
+@dataclass
+class JobRecord:
+    """What the job saw, for the checks: the train launch's per-rank results; the resume, reshard and damaged
+    launches; each crash point's event and what became of it."""
+
+    train: list
+    resume: Resumed = field(default_factory=Resumed)
+    reshard: Resumed = field(default_factory=Resumed)
+    damaged: Resumed = field(default_factory=Resumed)
+    damaged_file: str = ""
+    points: list = field(default_factory=list)  # {"event", "died", "listing", "resume": Resumed}
+
+    def to_dict(self) -> dict:
+        def resumed(r: Resumed) -> dict:
+            return {"results": r.results, "error": r.error}
+
+        return {"resume": resumed(self.resume), "reshard": resumed(self.reshard), "damaged": resumed(self.damaged),
+                "damaged_file": self.damaged_file,
+                "points": [{**p, "resume": resumed(p["resume"])} for p in self.points]}
+
+
+def save_events(train_results: list, step: int) -> list[dict]:
+    """The changes each rank made to the disk while it saved `step`, rank by rank, in order."""
+    phase = f"save {step}"
+    return [e for res in train_results for e in (res.get("disk") or []) if e["phase"] == phase]
+
+
+def surviving_file(events: list[dict], rank: int) -> str:
+    """The largest file `rank` wrote (renamed to its last name) that the events leave on the disk."""
+    names, sizes = {}, {}
+    for e in events:
+        if e["op"] == "write":
+            names[e["path"]] = e["path"]
+            sizes[e["path"]] = (e["nbytes"], e["rank"])
+        elif e["op"] == "rename":
+            for k, v in names.items():
+                if v == e["path"] or v.startswith(e["path"] + "/"):
+                    names[k] = e["dst"] + v[len(e["path"]):]
+        elif e["op"] == "remove":
+            for k, v in list(names.items()):
+                if v == e["path"]:
+                    del names[k]
+    mine = [(sizes[k][0], v) for k, v in names.items() if sizes[k][1] == rank]
+    anyone = [(sizes[k][0], v) for k, v in names.items()]
+    best = max(mine or anyone, default=(0, ""))
+    return best[1]
+
+
+def job(launcher, control: dict) -> JobRecord:
+    """Run the whole job through `launcher` (a backend's: run, die, new_disk, copy, damage, listing). `control` is
+    the grader's own run (spec.reference): the crash points stop at the first whose resume is not exact (the check
+    reports that one; the others would only repeat it, at a second each)."""
+    disk = launcher.new_disk()
+    record = JobRecord(train=launcher.run(TRAIN, disk))
+
+    crashed = launcher.new_disk()
+    launcher.die(CRASH, crashed)
+    record.resume = _resume(launcher, RESUME, launcher.copy(crashed))
+    record.reshard = _resume(launcher, RESHARD, crashed)
+
+    damaged = launcher.copy(disk)
+    record.damaged_file = surviving_file(save_events(record.train, POINTS_SAVE), DAMAGED_RANK)
+    if record.damaged_file:
+        launcher.damage(damaged, record.damaged_file)
+    record.damaged = _resume(launcher, RESUME, damaged)
+
+    events = save_events(record.train, POINTS_SAVE)
+    for i, event in enumerate(events):
+        disk = launcher.new_disk()
+        died = launcher.die(replace(POINT, crash=CrashPoint.during(DiskEvent(**event))), disk)
+        entry = {"event": event, "died": died, "listing": launcher.listing(disk), "left": len(events) - i - 1}
+        entry["resume"] = _resume(launcher, POINT_RESUME, disk) if died else Resumed()
+        record.points.append(entry)
+        if not (died and exact_resume(entry["resume"], control)):
+            break
+    return record
+
+
+def exact_resume(resumed: Resumed, control: dict) -> bool:
+    """Whether a resume loaded a checkpoint's step on every rank, equal to the control's there, and ran its step
+    after it as the control did."""
+    if resumed.error or not resumed.results:
+        return False
+    loaded = [r.get("loaded") or {} for r in resumed.results]
+    step = loaded[0].get("step")
+    if step not in SAVES or any(p.get("step") != step for p in loaded):
+        return False
+    return not (differences(loaded, control["at"][step]) or
+                differences([r.get("final") for r in resumed.results], control["at"][step + 1]))
+
+
+def _resume(launcher, launch: Launch, disk) -> Resumed:
+    try:
+        return Resumed(results=launcher.run(launch, disk))
+    except launcher.learner_errors as exc:  # the learner's code raised or hung: that is this scenario's outcome
+        return Resumed(error=launcher.describe(exc))
