@@ -41,6 +41,10 @@ class SimLauncher:
     def listing(self, disk: sim.Disk) -> dict:
         return disk.listing()
 
+    def reads(self, disk: sim.Disk) -> list[str]:
+        """The files the last launch on `disk` opened for reading while it loaded, in order (even if it failed)."""
+        return [e.path for e in disk.events if e.run == disk.runs and e.op == "read" and e.phase == "load"]
+
     # ---- launches
 
     def _run(self, launch, disk: sim.Disk, rank_args=None):

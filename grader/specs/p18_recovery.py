@@ -84,7 +84,7 @@ class Recovery(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         job = (obs.results[0] or {}).get("job") or {}
         return [self.check_resume(obs.results, job.get("resume") or {}, ref),
-                self.check_points(job.get("points") or [], ref),
+                self.check_points(job.get("points") or [], ref, obs.results),
                 self.check_damaged(job.get("damaged") or {}, job.get("damaged_file", ""), ref),
                 self.check_bytes(obs.results, self.budgets(inputs)["bytes written"]),
                 self.check_reshard(job.get("reshard") or {}, ref)]
@@ -103,7 +103,7 @@ class Recovery(PuzzleSpec):
                          f"{_steps(SAVES)}, {off[0]}")
         loaded = _loaded(resume, "the resume after rank 2 died at step 5")
         if isinstance(loaded, Check):
-            return Check(name, False, loaded.message)
+            return Check(name, False, loaded.message, diagnosis=loaded.diagnosis)
         expected = ref["at"][SAVES[-1]]
         off = differences(loaded, expected)
         if off:
@@ -119,7 +119,7 @@ class Recovery(PuzzleSpec):
                      f"checkpoint, and ran to step {STEPS}: every piece of the state ({', '.join(PIECES)}) equal bit "
                      f"for bit to the run without a failure, on every rank, right after loading and at the end")
 
-    def check_points(self, points, ref) -> Check:
+    def check_points(self, points, ref, train=()) -> Check:
         name = "crash points"
         if not points:
             return Check(name, False, f"save_checkpoint of step {jobs.POINTS_SAVE} made no change to the disk: "
@@ -133,7 +133,8 @@ class Recovery(PuzzleSpec):
                              f"other changes to the disk than in the first run (it must do the same every time)")
             loaded = _loaded(p["resume"], f"the resume after a crash {where}")
             if isinstance(loaded, Check):
-                return Check(name, False, loaded.message + f". The disk after the crash: {_listing(p['listing'])}")
+                return Check(name, False, loaded.message + f". The disk after the crash: {_listing(p['listing'])}"
+                             f"{_left(p)}", diagnosis=loaded.diagnosis or diagnose_point_error(p, train))
             step = _common_step(loaded)
             if step not in SAVES:
                 return Check(name, False, f"after a crash {where}, load_checkpoint restored step {step}, not a "
@@ -163,7 +164,7 @@ class Recovery(PuzzleSpec):
                  f"flipped")
         loaded = _loaded(damaged, f"the resume with {where}")
         if isinstance(loaded, Check):
-            return Check(name, False, loaded.message)
+            return Check(name, False, loaded.message, diagnosis=loaded.diagnosis)
         step = _common_step(loaded)
         expected_step = SAVES[-2]
         if step != expected_step:
@@ -207,7 +208,7 @@ class Recovery(PuzzleSpec):
         name = "reshard 4 to 2"
         loaded = _loaded(reshard, "the resume on 2 ranks")
         if isinstance(loaded, Check):
-            return Check(name, False, loaded.message)
+            return Check(name, False, loaded.message, diagnosis=loaded.diagnosis)
         off = differences(loaded, ref["two_start"])
         if off:
             return Check(name, False, f"2 fresh ranks called load_checkpoint on the checkpoints 4 ranks wrote: "
@@ -242,7 +243,12 @@ def _loaded(resumed: dict, what: str):
     results = resumed.get("results")
     if not isinstance(results, list):
         return Check("", False, f"{what} did not run")
-    return [(r or {}).get("loaded") for r in results]
+    loaded = [(r or {}).get("loaded") for r in results]
+    stopped = next(((r or {}).get("stopped") for r in results if (r or {}).get("stopped")), "")
+    if stopped:
+        return Check("", False, f"in {what}, after load_checkpoint {stopped}: no step can run on that",
+                     diagnosis=diagnose_stopped(stopped, loaded))
+    return loaded
 
 
 def _common_step(loaded) -> int | str:
@@ -290,6 +296,10 @@ def diagnose_load(loaded, expected, step, fresh_generator=None) -> str:
     if isinstance(got_step, int) and got_step != step and got_step in SAVES:
         return (f"load_checkpoint restored step {got_step}, an older checkpoint than step {step}'s, which is whole: "
                 f"load the newest complete checkpoint")
+    if all(isinstance((p or {}).get("adam_steps"), int) and p["adam_steps"] == p.get("step") != e["adam_steps"]
+           for p, e in zip(loaded, expected)):
+        return ("Adam's step count was set to the loop's step, but a step skipped at an overflow is not one of "
+                "Adam's (torch's GradScaler does not call optimizer.step() then): save state.adam_steps itself")
     fresh = _fresh_pieces(loaded, expected, fresh_generator)
     if fresh:
         return (f"{' and '.join(fresh)} still hold{'s' if len(fresh) == 1 else ''} what a fresh process starts with: "
@@ -324,6 +334,37 @@ def _fresh_pieces(loaded, expected, fresh_generator=None) -> list[str]:
                for p, e in zip(loaded, expected)):
             names.append(PIECES[piece])
     return names
+
+
+def diagnose_point_error(point: dict, train) -> str:
+    """A resume that failed after a crash: in the middle of a write that replaced a file the save before wrote (the
+    same name: the last good checkpoint's file, overwritten in place), or after the loader read files of the
+    checkpoint the crash left incomplete (so something told it that checkpoint was whole)."""
+    event = point["event"]
+    before = jobs.save_events(list(train), SAVES[-2])
+    step_files = {name for name, _, _ in jobs.final_files(jobs.save_events(list(train), jobs.POINTS_SAVE))}
+    read = list(dict.fromkeys(p for p in (point.get("resume") or {}).get("reads") or [] if p in step_files))
+    if event["op"] == "write" and any(e["op"] == "write" and e["path"] == event["path"] for e in before):
+        return (f"the save of step {jobs.POINTS_SAVE} wrote {event['path']} over the file of the same name that the "
+                f"save of step {SAVES[-2]} wrote, and the crash left it half written: the last good checkpoint is "
+                f"gone. Write each save under new names (a folder per step), each file under a temporary name "
+                f"renamed once whole")
+    if read:
+        return (f"load_checkpoint read {', '.join(read[:3])}: files of step {jobs.POINTS_SAVE}'s checkpoint, which the "
+                f"crash left incomplete (rank {event['rank']} died before its part of the save was done). Whatever "
+                f"told the loader that checkpoint was whole (its manifest?) was written before every rank's shard "
+                f"was: commit last, after an all-gather or a barrier that follows every rank's writes")
+    return ""
+
+
+def diagnose_stopped(stopped: str, loaded) -> str:
+    if stopped.startswith("the ranks loaded different steps"):
+        return ("each rank chose its checkpoint alone. Agree on one (an all_reduce, MIN, of 'the shards I need "
+                "check out', for each candidate, newest first) so that every rank loads the same step")
+    if "state.master is" in stopped and f"[{PSI // N}]" in stopped:
+        return (f"on 2 ranks each holds Ψ/2 = {PSI // 2:,} elements: the saved shards 2q and 2q+1 joined (read the "
+                f"manifest's world size, then every saved shard that overlaps your new range)")
+    return ""
 
 
 def diagnose_point(loaded, point, ref) -> str:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from puzzles.sim import CrashPoint, RankCrashed
 from puzzles.simulator.filesystem import DiskEvent
 
@@ -80,6 +82,10 @@ def program(save=None, load=None):
                 with fs.phase("load"):
                     load(dist, fs, state)
                 out["loaded"] = training.pieces(state)
+                out["stopped"] = loaded_as_one(dist, state)
+                if out["stopped"]:  # no step can run on this state: say why rather than fail in the grader's step
+                    out["disk"] = [e.to_dict() for e in fs.events()]
+                    return out
             until = launch.until if launch.after_load is None else state.step + launch.after_load
             while state.step < until:
                 if launch.crash_step == (rank, state.step + 1):
@@ -101,12 +107,32 @@ def program(save=None, load=None):
     return run
 
 
+def loaded_as_one(dist, state) -> str:
+    """After load_checkpoint, on every rank: '' when every rank holds a state the step can run on, all at the same
+    step; else what is wrong (the same words on every rank: the ranks compare notes by an all-gather)."""
+    world = dist.get_world_size()
+    problem = training.unusable(state, world)
+    step = state.step if isinstance(state.step, int) and not isinstance(state.step, bool) else -1
+    mine = torch.tensor([0 if problem is None else 1, step], dtype=torch.int64)
+    every = torch.empty(2 * world, dtype=torch.int64)
+    dist.all_gather_into_tensor(every, mine)
+    bad, steps = every.view(world, 2)[:, 0].tolist(), every.view(world, 2)[:, 1].tolist()
+    if problem is not None:
+        return problem
+    if any(bad):
+        return f"rank {bad.index(1)} holds a state the step cannot run on"
+    if len(set(steps)) > 1:
+        return "the ranks loaded different steps: " + ", ".join(f"rank {r}: {s}" for r, s in enumerate(steps))
+    return ""
+
+
 @dataclass
 class Resumed:
     """A launch that loads: each rank's results, or the error it raised instead (the text of it)."""
 
     results: list | None = None
     error: str = ""
+    reads: list = field(default_factory=list)  # the files load_checkpoint opened, in order
 
 
 @dataclass
@@ -123,7 +149,7 @@ class JobRecord:
 
     def to_dict(self) -> dict:
         def resumed(r: Resumed) -> dict:
-            return {"results": r.results, "error": r.error}
+            return {"results": r.results, "error": r.error, "reads": r.reads}
 
         return {"resume": resumed(self.resume), "reshard": resumed(self.reshard), "damaged": resumed(self.damaged),
                 "damaged_file": self.damaged_file,
@@ -131,30 +157,33 @@ class JobRecord:
 
 
 def save_events(train_results: list, step: int) -> list[dict]:
-    """The changes each rank made to the disk while it saved `step`, rank by rank, in order."""
+    """The changes the ranks made to the disk while they saved `step`, in the order they happened."""
     phase = f"save {step}"
-    return [e for res in train_results for e in (res.get("disk") or []) if e["phase"] == phase]
+    return sorted((e for res in train_results for e in (res.get("disk") or []) if e["phase"] == phase
+                   and e["op"] != "read"), key=lambda e: e["seq"])
+
+
+def final_files(events: list[dict]) -> list[tuple[str, int, int]]:
+    """(name, bytes, rank) of every file the changes `events` wrote that they leave on the disk, under the name it
+    has at their end (after its renames and its folder's)."""
+    files = {}  # the path it was written at -> [its name now, bytes, rank]
+    for e in events:
+        if e["op"] == "write":
+            files[e["path"]] = [e["path"], e["nbytes"], e["rank"]]
+        elif e["op"] == "rename":
+            for entry in files.values():
+                if entry[0] == e["path"] or entry[0].startswith(e["path"] + "/"):
+                    entry[0] = e["dst"] + entry[0][len(e["path"]):]
+        elif e["op"] == "remove":
+            files = {k: v for k, v in files.items() if v[0] != e["path"]}
+    return [tuple(v) for v in files.values()]
 
 
 def surviving_file(events: list[dict], rank: int) -> str:
-    """The largest file `rank` wrote (renamed to its last name) that the events leave on the disk."""
-    names, sizes = {}, {}
-    for e in events:
-        if e["op"] == "write":
-            names[e["path"]] = e["path"]
-            sizes[e["path"]] = (e["nbytes"], e["rank"])
-        elif e["op"] == "rename":
-            for k, v in names.items():
-                if v == e["path"] or v.startswith(e["path"] + "/"):
-                    names[k] = e["dst"] + v[len(e["path"]):]
-        elif e["op"] == "remove":
-            for k, v in list(names.items()):
-                if v == e["path"]:
-                    del names[k]
-    mine = [(sizes[k][0], v) for k, v in names.items() if sizes[k][1] == rank]
-    anyone = [(sizes[k][0], v) for k, v in names.items()]
-    best = max(mine or anyone, default=(0, ""))
-    return best[1]
+    """The largest file `rank` wrote (by any rank, if it wrote none) that the changes `events` leave on the disk."""
+    files = final_files(events)
+    mine = [(n, name) for name, n, r in files if r == rank]
+    return max(mine or [(n, name) for name, n, _ in files], default=(0, ""))[1]
 
 
 def job(launcher, control: dict) -> JobRecord:
@@ -202,6 +231,8 @@ def exact_resume(resumed: Resumed, control: dict) -> bool:
 
 def _resume(launcher, launch: Launch, disk) -> Resumed:
     try:
-        return Resumed(results=launcher.run(launch, disk))
+        resumed = Resumed(results=launcher.run(launch, disk))
     except launcher.learner_errors as exc:  # the learner's code raised or hung: that is this scenario's outcome
-        return Resumed(error=launcher.describe(exc))
+        resumed = Resumed(error=launcher.describe(exc))
+    resumed.reads = launcher.reads(disk)
+    return resumed

@@ -27,13 +27,16 @@ import torch.nn.functional as F
 
 from puzzles.model import init_layers, make_batch
 
-from .mixed_precision_serial import BACKOFF, BETAS, EPS, GROWTH, GROWTH_INTERVAL, INIT_SCALE, OVERFLOW_TARGET
+from .mixed_precision_serial import BACKOFF, BETAS, EPS, GROWTH, INIT_SCALE, OVERFLOW_TARGET
 
 N, D, H, L = 4, 32, 64, 2
 PSI = 2 * L * D * H  # weights
 SAMPLES, BATCH = 96, 32  # a dataset of 96 samples, a global batch of 32: an epoch is 3 steps
+EPOCH_STEPS = SAMPLES // BATCH
 STEPS = 6  # the job's steps
 SAVES = (2, 4)  # save_checkpoint runs after these steps
+OVERFLOWS = (1, 5)  # the steps whose batch holds the sample with the huge targets (make_data picks it so)
+GROWTH_INTERVAL = 4  # the scale doubles after 4 good steps in a row: so no save falls right after a change of it
 DROPOUT = 0.1
 LR, WARMUP, FLOOR = 1e-3, 2, 0.1  # linear warm-up over 2 steps, then a cosine down to 0.1·LR at step 6
 SHAPES = [(D, H), (H, D)] * L  # the weights in flat order: layers[0].w1, layers[0].w2, layers[1].w1, ...
@@ -80,6 +83,11 @@ class TrainingState:
         """Make `layers` the master weights rounded to float16: each rank rounds its shard, then an all-gather.
         Every rank calls it (load_checkpoint, after restoring the masters; each step, after the update)."""
         world = dist.get_world_size()
+        if not isinstance(self.master, torch.Tensor) or self.master.numel() * world != PSI:
+            held = self.master.numel() if isinstance(self.master, torch.Tensor) else type(self.master).__name__
+            raise ValueError(f"refresh_layers: state.master holds {held} elements on rank {dist.get_rank()}; on "
+                             f"{world} ranks each holds Ψ/{world} = {PSI // world:,} (its shard of the {PSI:,} "
+                             f"weights), which this all-gathers into the float16 weights")
         with torch.no_grad():
             full = torch.empty(self.master.numel() * world, dtype=torch.float16)
             dist.all_gather_into_tensor(full, self.master.half())
@@ -87,6 +95,37 @@ class TrainingState:
             for w in flat_weights(self.layers):
                 w.copy_(full[offset:offset + w.numel()].view_as(w))
                 offset += w.numel()
+
+
+def unusable(state, world: int) -> str | None:
+    """None when the step can run on `state` on a world of `world` ranks; else what is wrong with it, in words
+    (the shards' sizes and dtypes, the numbers' types), checked right after load_checkpoint."""
+    shard = PSI // world
+    for name in ("master", "m", "v"):
+        t = getattr(state, name, None)
+        if not isinstance(t, torch.Tensor) or t.shape != (shard,) or t.dtype != torch.float32:
+            what = f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" if isinstance(t, torch.Tensor) else \
+                type(t).__name__
+            return (f"state.{name} is {what}, expected float32[{shard}] (this rank's shard of "
+                    f"Ψ = {PSI:,} on {world} ranks)")
+    for name in ("step", "adam_steps", "good_steps", "lr_step", "position"):
+        value = getattr(state, name, None)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"state.{name} is {value!r} ({type(value).__name__}), expected an int"
+    if not isinstance(getattr(state, "scale", None), (int, float)):
+        return f"state.scale is {state.scale!r}, expected a number"
+    order = getattr(state, "order", None)
+    if not isinstance(order, torch.Tensor) or order.shape != (SAMPLES,) or order.dtype != torch.int64:
+        return f"state.order is not an int64[{SAMPLES}] tensor"
+    try:
+        weights = flat_weights(state.layers)
+    except (TypeError, AttributeError):
+        weights = []
+    if len(weights) != 2 * L or any(not isinstance(w, torch.Tensor) or w.dtype != torch.float16 or
+                                    not w.requires_grad or tuple(w.shape) != s for w, s in zip(weights, SHAPES)):
+        return ("state.layers is not 2 pairs of float16 weights that require grad (leave "
+                "them in place: state.refresh_layers(dist) writes into them)")
+    return None
 
 
 def flat_weights(layers) -> list:
@@ -98,11 +137,32 @@ def make_data(seed: int):
     larger (the overflow of each epoch); and the initial weights, flat float32 [Ψ]."""
     x, target = make_batch(SAMPLES, D, seed)
     x, target = x.float(), target.float()
-    outlier = seed % SAMPLES
-    target[outlier] *= OVERFLOW_TARGET
+    target[outlier(seed)] *= OVERFLOW_TARGET
     start = torch.cat([w.reshape(-1) for pair in init_layers(L, D, H, seed + 1, requires_grad=False)
                        for w in pair]).float()
     return x, target, start
+
+
+def epoch_order(generator: torch.Generator) -> torch.Tensor:
+    """A new epoch's order of the samples: the generator's draw at the first step of an epoch."""
+    return torch.randperm(SAMPLES, generator=generator)
+
+
+def dropout_keep(generator: torch.Generator) -> list:
+    """Each step's draw after the order: which hidden units each layer keeps, for the whole batch."""
+    return [torch.rand(BATCH, H, generator=generator) >= DROPOUT for _ in range(L)]
+
+
+def outlier(seed: int) -> int:
+    """The sample whose targets are huge: one that the orders of the job's generator put in the batches of the
+    steps OVERFLOWS, so that every seed overflows at those steps (found by drawing what the steps will draw)."""
+    generator, orders = _seeded(seed), []
+    for step in range(STEPS):
+        if step % EPOCH_STEPS == 0:
+            orders.append(epoch_order(generator))
+        dropout_keep(generator)
+    batches = [set(orders[(s - 1) // EPOCH_STEPS][(s - 1) % EPOCH_STEPS * BATCH:][:BATCH].tolist()) for s in OVERFLOWS]
+    return min(set.intersection(*batches))
 
 
 def fresh_state(rank: int, world: int, start: torch.Tensor, seed: int) -> TrainingState:
@@ -149,7 +209,7 @@ def next_batch(state: TrainingState) -> torch.Tensor:
     if state.position == 0:
         peek = torch.Generator()
         peek.set_state(state.generator.get_state())
-        order = torch.randperm(SAMPLES, generator=peek)
+        order = epoch_order(peek)
     return order[state.position:state.position + BATCH].clone()
 
 
@@ -159,10 +219,10 @@ def train_step(dist, state: TrainingState, x: torch.Tensor, target: torch.Tensor
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
     if state.position == 0:  # a new epoch: a new order of the samples
-        state.order = torch.randperm(SAMPLES, generator=state.generator)
+        state.order = epoch_order(state.generator)
     batch = state.order[state.position:state.position + BATCH]
     state.position = (state.position + BATCH) % SAMPLES
-    keep = [torch.rand(BATCH, H, generator=state.generator) >= DROPOUT for _ in range(L)]  # the whole batch's
+    keep = dropout_keep(state.generator)  # the whole batch's masks, on every rank: the same for any world size
     h = x[batch[rows]].half()
     for (w1, w2), mask in zip(state.layers, keep):
         h = h + (F.gelu(h @ w1) * mask[rows].half() / (1 - DROPOUT)) @ w2
@@ -208,7 +268,7 @@ PIECES = {
     "good_steps": "the loss scaler's count of good steps", "lr_step": "the learning-rate schedule",
     "position": "the data loader's position", "order": "the data loader's order of the samples",
     "generator": "the random generator's state", "master": "the master weights", "m": "Adam's m", "v": "Adam's v",
-    "weights": "the float16 weights (layers)", "next": "next batch of samples",
+    "weights": "the float16 weights (layers)", "next": "the next batch's samples",
 }
 
 
@@ -255,8 +315,8 @@ def resharded(per_rank: list[dict], world: int) -> list[dict]:
 
 
 def differences(got_per_rank, expected_per_rank) -> list[str]:
-    """What differs, piece by piece and rank by rank, bit for bit: ['rank 1's loss scale is 1,024, expected
-    2,048', ...]."""
+    """What differs, piece by piece and rank by rank, bit for bit: ['on rank 1, the loss scale is 1024.0, expected
+    512.0', ...]."""
     out = []
     got_per_rank = got_per_rank if isinstance(got_per_rank, list) else []
     for r, expected in enumerate(expected_per_rank):
@@ -267,7 +327,7 @@ def differences(got_per_rank, expected_per_rank) -> list[str]:
         for piece, what in PIECES.items():
             problem = piece_mismatch(got.get(piece), expected[piece])
             if problem:
-                out.append(f"rank {r}'s {what} {problem}")
+                out.append(f"on rank {r}, {what} {problem}")
     return out
 
 

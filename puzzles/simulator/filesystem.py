@@ -98,7 +98,7 @@ DISK = DiskProfile()
 class DiskEvent:
     """One change to the disk: op "write" (a file opened for writing, with the bytes written into it until it
     was closed), "rename" (path -> dst), "remove" or "makedirs"; by `rank`, in `phase`, at its `index`-th change in
-    that phase."""
+    that phase. A file opened for reading is logged too, as op "read" with index -1 (not a change)."""
 
     rank: int
     phase: str
@@ -108,10 +108,12 @@ class DiskEvent:
     dst: str = ""
     nbytes: int = 0
     run: int = 0
+    seq: int = 0  # its place among every rank's changes (the order they happened in)
 
     def describe(self) -> str:
         what = {"write": f"writing {self.path} ({self.nbytes:,} bytes)", "remove": f"removing {self.path}",
-                "rename": f"renaming {self.path} to {self.dst}", "makedirs": f"making the folder {self.path}"}[self.op]
+                "rename": f"renaming {self.path} to {self.dst}", "makedirs": f"making the folder {self.path}",
+                "read": f"reading {self.path}"}[self.op]
         return f"rank {self.rank}, {self.phase}, change #{self.index}: {what}"
 
     def to_dict(self) -> dict:
@@ -220,7 +222,10 @@ class Files:
         path = self._live(path)
         self._cost(call=True)
         if mode == "rb":
-            return _ReadFile(self, path, bytes(self._file(path)))
+            data = bytes(self._file(path))
+            self._disk.events.append(DiskEvent(self._rank, self._phase, -1, "read", path, nbytes=len(data),
+                                               run=self._disk.runs, seq=len(self._disk.events)))
+            return _ReadFile(self, path, data)
         if mode != "wb":
             raise ValueError(f"fs.open({path!r}, {mode!r}): the checkpoint disk opens files for reading ('rb') or "
                              f"for writing a new file ('wb'), in binary")
@@ -352,7 +357,8 @@ class Files:
             (point.rank, point.phase, point.index) == (self._rank, self._phase, index)
         if hit and op != "write":
             self._die(point)
-        event = DiskEvent(self._rank, self._phase, index, op, path, dst, run=self._disk.runs)
+        event = DiskEvent(self._rank, self._phase, index, op, path, dst, run=self._disk.runs,
+                          seq=len(self._disk.events))
         self._disk.events.append(event)
         return event, (point.at_bytes if hit else None)
 
