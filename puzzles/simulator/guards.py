@@ -63,6 +63,12 @@ def _caller():
 _PICKLING = ("__reduce_ex__", "__reduce__")
 
 
+def caller():
+    """The rank whose own code is running in this thread (the simulator's rank state, or a real process's tracker:
+    each has .rank, .clock, .labels and .site()), or None."""
+    return _caller()
+
+
 def allow_files() -> None:
     """The calling rank writes files (it mounted a checkpoint disk): torch.save may pickle its tensors."""
     who = _caller()

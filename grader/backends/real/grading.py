@@ -10,6 +10,7 @@ from ...core.spec import Observation
 from ..learner_code import load_puzzle, not_implemented_result
 from ..tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 from .group import run_tasks
+from .launches import LaunchError, LaunchNotImplemented, RealLauncher, TamperedLaunch
 from .reports import raised_not_implemented
 from .rank import PuzzleTask
 
@@ -37,6 +38,27 @@ def grade_folder(folder: Path, specs, seed: int, *, world_size: int | None = Non
     return grade_files([(spec, folder / spec.filename) for spec in specs], seed, **options)
 
 
+def grade_job(spec, path: Path, module, seed: int, **options) -> PuzzleResult:
+    """A puzzle graded on a job of several launches (spec.job): each launch a group of real processes, on a
+    folder that outlives them (launches.py)."""
+    launcher = RealLauncher(spec, path, seed, options.get("dist_backend", "gloo"), options.get("timeout"),
+                            options.get("start_method"))
+    inputs = spec.make_inputs(seed)
+    try:
+        obs = spec.job(launcher, inputs)
+    except TamperedLaunch as exc:
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe(list(exc.args[0])))
+    except LaunchNotImplemented as exc:
+        return not_implemented_result(spec, module, exc)
+    except LaunchError as exc:
+        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=str(exc))
+    finally:
+        launcher.close()
+        if options.get("outcomes_out") is not None:
+            options["outcomes_out"].extend(launcher.outcomes)
+    return grade_observation(spec, obs, inputs)
+
+
 def grade_files(answers, seed: int, *, dist_backend: str = "gloo", timeout: float | None = None, start_method=None,
                 outcomes_out: list | None = None) -> list[PuzzleResult]:
     """Grade each (spec, file) of `answers` on real processes: one group per world size, the files in turn. A file
@@ -54,6 +76,9 @@ def grade_files(answers, seed: int, *, dist_backend: str = "gloo", timeout: floa
             loaded = untampered(spec, before, load_puzzle(spec, path))
         if isinstance(loaded, PuzzleResult):
             results[i] = loaded
+        elif spec.job_of_launches:  # several launches, each its own group of processes (p18)
+            results[i] = grade_job(spec, path, loaded, seed, dist_backend=dist_backend, timeout=timeout,
+                                   start_method=start_method, outcomes_out=outcomes_out)
         else:
             runnable.append(i)
             modules[i] = loaded

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from puzzles.simulator.clock import CostModel
 
+from .disk import CRASH_EXIT
 from .rank import STARTUP_TIMEOUT, FunctionTask, _child_main
 from .reports import _first_line, _tail, classify, describe_errors, describe_hang
 
@@ -164,7 +165,8 @@ class _Group:
                     return payloads, self._describe_errors(k, payloads, [])
                 return payloads, None
             dead = [r for r in missing if self.procs[r].exitcode is not None]
-            if dead:
+            planned = all(self.procs[r].exitcode == CRASH_EXIT for r in dead)  # a failure the task injected (p18)
+            if dead and (not planned or len(dead) == len(missing)):  # (the others run on until they wait for it)
                 return payloads, self._describe_dead(dead, f"in {self.tasks[k].describe()}", payloads)
             now = time.monotonic()
             if first_error_at is not None and now > first_error_at + ERROR_GRACE:
