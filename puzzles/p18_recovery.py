@@ -1,4 +1,4 @@
-# Generated from solutions/p18_recovery.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 137b7b5ab02b)
+# Generated from solutions/p18_recovery.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest cd80f5d6a5c6)
 """Puzzle 18 — Recovery: a sharded checkpoint, a failure, an exact resume.
 
 The task: write `save_checkpoint(dist, fs, state)` and `load_checkpoint(dist, fs, state)` for a job of 4 ranks
@@ -16,7 +16,8 @@ starts it again from the disk, on 4 ranks and then on 2, and checks (Ψ = 8,192 
     own shard of master, m and v (float32, 12 bytes a weight), the replicated state (the generator's 5,056 bytes
     and the order's 768, which one rank writes) and 8 KiB for torch.save's framing and the manifest. Each rank
     writes its own shard and nothing of another's; the float16 weights are not written (they are the masters
-    rounded). The reference writes 26,529 bytes on ranks 1-3 and 34,374 on rank 0 (its shard and the manifest);
+    rounded). The reference writes 26,529 bytes on ranks 1-3 and 34,374 on rank 0 (its shard and the manifest),
+    with torch 2.13's framing;
   - reshard 4 to 2: two fresh ranks load step 4 from the 4 ranks' files: rank q holds elements q·Ψ/2 to
     (q+1)·Ψ/2 - 1 of master, m and v (the saved shards 2q and 2q+1), the rest as saved; steps 5 and 6 end bit for
     bit where the grader's own run on 2 ranks from that state ends.
@@ -30,8 +31,9 @@ anywhere else); and it is the newest one that is whole.
 The state (`state`, a TrainingState: grader/specs/recovery_training.py runs the step), per rank:
 
     state.step          int     steps run so far (the loop saves after steps 2 and 4, and stops after 6)
-    state.master        float32 [Ψ/N]  this rank's shard of the flat master weights: elements r·Ψ/N to (r+1)·Ψ/N - 1
-    state.m, state.v    float32 [Ψ/N]  Adam's moments, the same shard      (of w1, w2, w1, w2 flattened in order)
+    state.master        float32 [Ψ/N]  this rank's shard of the flat master weights, elements r·Ψ/N to
+                        (r+1)·Ψ/N - 1 of w1, w2, w1, w2 flattened in order
+    state.m, state.v    float32 [Ψ/N]  Adam's moments, the same shard
     state.adam_steps    int     Adam's t: the steps taken (a step skipped at an overflow is not counted)
     state.scale         float   the loss scale; state.good_steps: good steps in a row since it last changed
     state.lr_step       int     the learning-rate schedule's own counter (torch's LRScheduler.last_epoch)
@@ -99,11 +101,12 @@ rebuild the float16 weights with state.refresh_layers(dist). Leave the state as 
 (a first launch); never delete the checkpoint before the newest (the damaged check falls back to it).
 
 The disk costs time on the simulated clock, as a program that waits for its disk (the simulator's DISK: 8 bytes a
-tick, 8 GB/s, and 1,000 ticks per call that is not a read or a write): the reference's save takes 10,000 ticks on
-ranks 1-3 and 18,600 on rank 0, against 210 ticks for a step's backward (the grader's own step is drawn as that).
-No time budget here; it is why real jobs checkpoint rarely, and asynchronously (torch.distributed.checkpoint's
-async_save). On real processes (`--backend torch`) the same job runs on real files in a temporary folder, with a
-process killed by os._exit at the same points.
+tick, 8 GB/s, and 1,000 ticks for every call that is not a read or a write): a save of the reference takes
+2·1,000 + 26,529/8 = 5,317 ticks on ranks 1-3 and 5·1,000 + 26,529/8 + 7,845/8 = 9,298 on rank 0 (each rounded
+up), where a step's backward takes about 210 (the grader's own step is drawn as its backward). No time budget here; it is why real
+jobs checkpoint rarely, and asynchronously (torch.distributed.checkpoint's async_save). On real processes
+(`--backend torch`) the same job runs on real files in a temporary folder, a process killed by os._exit at the
+same points: every figure above is the same there.
 
 Hints:
   - `buf = io.BytesIO(); torch.save(obj, buf); data = buf.getvalue()` gives the bytes of a checkpoint file (write

@@ -1,12 +1,15 @@
-"""p18 in another style: each rank's file holds its shard and a copy of the small state every rank has (the
-generator, the order, the numbers), in one flat tensor of float32 for the shard; a LATEST file, replaced by an
-atomic rename, names the newest committed checkpoint, and the loader walks back from it when a shard fails its
-checksum. The duplicated small state costs a few KiB per rank, within the budget."""
+"""p18 mistake: each rank's file holds its shard and a copy of the small state every rank has alike (the
+generator, the order, the numbers); a LATEST file, replaced by an atomic rename, names the newest committed
+checkpoint. Correct on resume, but every rank writes what one rank should: the replicated state N times."""
 
 import io
 import zlib
 
 import torch
+
+MISTAKE = "the replicated state (generator, order, numbers) written by every rank, not once"
+EXPECTED_FAILURES = {"bytes written"}
+DIAGNOSIS = "what every rank holds alike is written once"
 
 
 def to_bytes(obj) -> bytes:
