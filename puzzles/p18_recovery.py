@@ -1,4 +1,4 @@
-# Generated from solutions/p18_recovery.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest cd80f5d6a5c6)
+# Generated from solutions/p18_recovery.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 16ac1f4cd9dd)
 """Puzzle 18 — Recovery: a sharded checkpoint, a failure, an exact resume.
 
 The task: write `save_checkpoint(dist, fs, state)` and `load_checkpoint(dist, fs, state)` for a job of 4 ranks
@@ -10,14 +10,16 @@ starts it again from the disk, on 4 ranks and then on 2, and checks (Ψ = 8,192 
   - crash points: the job dies at every change a rank makes to the disk while it saves step 4 (the reference
     makes 11: 5 on rank 0, 2 on each other rank), a file half written, a rename or a removal not yet done; after
     each, four fresh ranks load a whole checkpoint (step 2 or step 4), bit for bit, and train on exactly;
-  - damaged checkpoint: one byte in the middle of rank 2's shard of step 4 flipped after the save (a torn write
-    after a power loss, a bad sector): load_checkpoint falls back to step 2, on every rank;
-  - bytes written: each rank, in each save, at most 12·Ψ/N + G + F = 24,576 + 5,824 + 8,192 = 38,592 bytes: its
-    own shard of master, m and v (float32, 12 bytes a weight), the replicated state (the generator's 5,056 bytes
-    and the order's 768, which one rank writes) and 8 KiB for torch.save's framing and the manifest. Each rank
-    writes its own shard and nothing of another's; the float16 weights are not written (they are the masters
-    rounded). The reference writes 26,529 bytes on ranks 1-3 and 34,374 on rank 0 (its shard and the manifest),
-    with torch 2.13's framing;
+  - damaged checkpoint: one byte flipped in the middle of the largest file rank 2 wrote in the save of step 4 (its
+    shard), after the save (a torn write after a power loss, a bad sector): load_checkpoint falls back to step 2,
+    on every rank;
+  - bytes written, in each save: every rank its own shard of master, m and v (float32, 12 bytes a weight) and
+    nothing of another's, at most 12·Ψ/N + F = 24,576 + 4,096 = 28,672 bytes; one rank besides writes what every
+    rank holds alike (the generator's 5,056 bytes, the order's 768: G = 5,824) and the manifest, at most
+    12·Ψ/N + G + 2·F = 24,576 + 5,824 + 8,192 = 38,592 bytes. F = 4 KiB is a file's torch.save framing (about 2 KB)
+    and room for the manifest's numbers. The float16 weights are not written (they are the masters rounded). The
+    reference writes 26,529 bytes on ranks 1-3 and 34,374 on rank 0 (its shard and the manifest), with torch
+    2.13's framing;
   - reshard 4 to 2: two fresh ranks load step 4 from the 4 ranks' files: rank q holds elements q·Ψ/2 to
     (q+1)·Ψ/2 - 1 of master, m and v (the saved shards 2q and 2q+1), the rest as saved; steps 5 and 6 end bit for
     bit where the grader's own run on 2 ranks from that state ends.
@@ -101,12 +103,12 @@ rebuild the float16 weights with state.refresh_layers(dist). Leave the state as 
 (a first launch); never delete the checkpoint before the newest (the damaged check falls back to it).
 
 The disk costs time on the simulated clock, as a program that waits for its disk (the simulator's DISK: 8 bytes a
-tick, 8 GB/s, and 1,000 ticks for every call that is not a read or a write): a save of the reference takes
-2·1,000 + 26,529/8 = 5,317 ticks on ranks 1-3 and 5·1,000 + 26,529/8 + 7,845/8 = 9,298 on rank 0 (each rounded
-up), where a step's backward takes about 210 (the grader's own step is drawn as its backward). No time budget here; it is why real
-jobs checkpoint rarely, and asynchronously (torch.distributed.checkpoint's async_save). On real processes
-(`--backend torch`) the same job runs on real files in a temporary folder, a process killed by os._exit at the
-same points: every figure above is the same there.
+tick, 8 GB/s, and 1,000 ticks for every call that is not a read or a write): a save of the reference takes 2·1,000 +
+26,529/8 = 5,317 ticks on ranks 1-3 and 5·1,000 + 26,529/8 + 7,845/8 = 9,298 on rank 0 (each rounded up), where a
+step's backward takes about 210 (the grader's own step is drawn as its backward). No time budget here; it is why
+real jobs checkpoint rarely, and asynchronously (torch.distributed.checkpoint's async_save). On real processes
+(`--backend torch`) the same job runs on real files in a temporary folder, a process killed by os._exit at the same
+points: every figure above is the same there.
 
 Hints:
   - `buf = io.BytesIO(); torch.save(obj, buf); data = buf.getvalue()` gives the bytes of a checkpoint file (write

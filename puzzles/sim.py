@@ -68,7 +68,9 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     TimeLimitError           a rank computes too long without communicating (an endless loop)
 
 Each error is a rank's own: the other ranks run on until they return, raise or wait for it, and the report says
-whether every rank raised it. The differential corpus (tests/corpus/, bench/CORPUS.md) holds all of this to gloo.
+whether every rank raised it. One more is no mistake: RankCrashed, a rank that died at a failure a harness injected
+(simulator/filesystem.py); a dead rank's dist and disk calls raise it again. The differential corpus (tests/corpus/,
+bench/CORPUS.md) holds all of this to gloo.
 """
 
 from __future__ import annotations

@@ -26,19 +26,19 @@ So a file written in place can be found half written, and a file written under a
 is either absent or whole: that is how a checkpoint is committed. (A machine that loses power can lose more, such
 as a renamed file's data that was never flushed with fsync: the checksums in a checkpoint's manifest catch that.)
 
-Failure injection. `disk.start_run(crash=CrashPoint(rank, phase, index))` makes `rank` die at its index-th change
-to the disk (0-based) in `phase` (a name the harness gives the call, "save 4"): a file being written dies with half
-of its bytes written (`at_bytes`), a rename, remove or makedirs dies before it happens. `fs.crash()` kills the rank at
-once (a failure between two steps). A dead rank's code unwinds with RankCrashed, and nothing it still tries
-reaches the disk or another rank (failures.py refuses its `dist` calls); the other ranks run on until they wait
-for it, as real processes run until a collective with a dead peer fails. The changes, in order, are the
-points at which a job can die while it saves: `disk.events` lists them.
+Failure injection. `disk.start_run(crash=CrashPoint(rank, phase, index))` makes `rank` die at its index-th change to
+the disk (0-based) in `phase` (a name the harness gives the call, "save 4"): a file being written dies with half of
+its bytes written (`at_bytes`), a rename, remove or makedirs dies before it happens. `fs.crash()` kills the rank at
+once (a failure between two steps). A dead rank's code unwinds with RankCrashed, and nothing it still tries reaches
+the disk or another rank (failures.py refuses its `dist` calls); the other ranks run on until they wait for it, as
+real processes run until a collective with a dead peer fails. The changes, in order, are the points at which a job
+can die while it saves: `disk.events` lists them.
 
-Bytes on the disk are not memory: they count on no memory ledger, but every byte is counted to the rank that
-writes it (`disk.events`, `disk.written(rank, phase)`). A write or read of n bytes costs n / bytes_per_tick
-ticks and every other call `latency_ticks` on the rank's compute stream (DISK: 8 bytes a tick, 8 GB/s, and
-1,000 ticks, 1 µs, per call), as a program that waits for its disk: a checkpoint written in the step's path stalls
-training. grader/backends/real/ has the same calls on a real folder, and a real process killed at the same points.
+Bytes on the disk are not memory: they count on no memory ledger, but every byte is counted to the rank that writes
+it (`disk.events`, `disk.written(rank, phase)`). A write or read of n bytes costs n / bytes_per_tick ticks and every
+other call `latency_ticks` on the rank's compute stream (DISK: 8 bytes a tick, 8 GB/s, and 1,000 ticks, 1 µs, per
+call), as a program that waits for its disk: a checkpoint written in the step's path stalls training.
+grader/backends/real/ has the same calls on a real folder, and a real process killed at the same points.
 """
 
 from __future__ import annotations
