@@ -266,3 +266,28 @@ def test_real_processes_write_and_die_as_the_simulated_ranks_do():
         assert dying.listing() == {"ckpt/a/0.pt": size, "ckpt/a/1.tmp": size // 2, "ckpt/a/2.pt": size}
         with open(f"{dying.root}/ckpt/a/1.tmp", "rb") as f:
             assert f.read() == bytes(sim_disk.files["ckpt/a/1.pt"][:size // 2])
+
+
+def test_a_thread_the_rank_starts_cannot_reach_the_disk():
+    """Writing from a thread of its own (an asynchronous save) would change the disk outside the baton's turns, so
+    the order of the ranks' changes, and with it every crash point, would differ from run to run: refused."""
+    from puzzles.sim import RankThreadError
+
+    def threaded(dist, disk):
+        fs = disk.mount(dist)
+        caught = []
+
+        def save():
+            try:
+                with fs.open("x", "wb") as f:
+                    f.write(b"late")
+            except RankThreadError as exc:
+                caught.append(str(exc))
+
+        worker = threading.Thread(target=save)
+        worker.start()
+        worker.join()
+        return caught
+
+    [caught] = sim.run(threaded, 1, args=(Disk(),)).results
+    assert len(caught) == 1 and "from a thread the rank started" in caught[0]

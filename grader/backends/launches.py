@@ -41,6 +41,14 @@ class SimLauncher:
     def listing(self, disk: sim.Disk) -> dict:
         return disk.listing()
 
+    def events(self, disk: sim.Disk) -> list[dict]:
+        """Every change (and read) of the last launch on `disk`, in the order they happened."""
+        return [e.to_dict() for e in disk.events if e.run == disk.runs]
+
+    @staticmethod
+    def tampered(what: str):
+        raise Tampered(what)
+
     def reads(self, disk: sim.Disk) -> list[str]:
         """The files the last launch on `disk` opened for reading while it loaded, in order (even if it failed)."""
         return [e.path for e in disk.events if e.run == disk.runs and e.op == "read" and e.phase == "load"]
@@ -83,7 +91,7 @@ class SimLauncher:
                     raise
                 raise LaunchError(describe_exception(exc, getattr(self.module, "__file__", None))) from exc
             return True
-        return disk.crashed is not None
+        return False  # it ran to its end: the point was never reached
 
     learner_errors = (LaunchError,)
 

@@ -92,12 +92,23 @@ class Recovery(PuzzleSpec):
         job = (obs.results[0] or {}).get("job") or {}
         return [self.check_resume(obs.results, job.get("resume") or {}, ref),
                 self.check_points(job.get("points") or [], ref, obs.results),
-                self.check_damaged(job.get("damaged") or {}, job.get("damaged_file", ""), ref),
+                self.check_damaged(job.get("damaged") or {}, job.get("damaged_file", ""), ref,
+                                   job.get("damaged_listing"), obs.results),
                 self.check_bytes(obs.results, self.budgets(inputs)),
                 self.check_reshard(job.get("reshard") or {}, ref)]
 
     def check_resume(self, train, resume, ref) -> Check:
         name = "exact resume"
+        off = differences([(r or {}).get("loaded") for r in train], ref["at"][0])
+        if off:
+            return Check(name, False, f"the first launch called load_checkpoint on an empty disk, and it changed the "
+                         f"state: {off[0]}", diagnosis="with no checkpoint on the disk (the first launch of a job), "
+                         "load_checkpoint leaves the state as a fresh process has it")
+        stopped = next(((r or {}).get("stopped") for r in train if (r or {}).get("stopped")), "")
+        if stopped:
+            return Check(name, False, f"the first launch called load_checkpoint on an empty disk, and then "
+                         f"{stopped}", diagnosis="with no checkpoint on the disk (the first launch of a job), "
+                         "load_checkpoint leaves the state as a fresh process has it")
         for s in SAVES:
             off = differences([(r or {}).get("at", {}).get(s) for r in train], ref["at"][s])
             if off:
@@ -165,7 +176,7 @@ class Recovery(PuzzleSpec):
                      f"happens): after each, a fresh launch loaded a whole checkpoint ({loads}) bit for bit, and its "
                      f"next step was the run's without a failure", measured=len(points))
 
-    def check_damaged(self, damaged, path, ref) -> Check:
+    def check_damaged(self, damaged, path, ref, listing=None, train=()) -> Check:
         name = "damaged checkpoint"
         where = (f"one byte in the middle of {path} (rank {jobs.DAMAGED_RANK}'s shard of step {jobs.POINTS_SAVE}) "
                  f"flipped")
@@ -181,8 +192,15 @@ class Recovery(PuzzleSpec):
                              "the manifest, and check it before loading; if any shard of a checkpoint fails, every "
                              "rank falls back to the one before")
             elif step == 0:
-                diagnosis = (f"nothing was loaded although step {expected_step}'s checkpoint was whole: keep the "
-                             f"checkpoint before the newest, and fall back to it when the newest does not check out")
+                kept = {n for n, _, _ in jobs.final_files(jobs.save_events(list(train), expected_step))}
+                gone = sorted(kept - set(listing or {}))
+                if gone:
+                    diagnosis = (f"step {expected_step}'s checkpoint was deleted ({', '.join(gone[:2])}"
+                                 f"{' ...' if len(gone) > 2 else ''} are gone from the disk), so nothing was left to "
+                                 f"fall back to: keep the checkpoint before the newest")
+                else:
+                    diagnosis = (f"nothing was loaded although step {expected_step}'s checkpoint was on the disk, "
+                                 f"whole: fall back to it when the newest does not check out")
             return Check(name, False, f"with {where}, load_checkpoint restored {_step_text(loaded)}; expected step "
                          f"{expected_step}, the newest checkpoint that is whole", diagnosis=diagnosis)
         off = differences(loaded, ref["at"][step]) or differences(
@@ -409,9 +427,10 @@ def diagnose_bytes(total: int, rank: int, another: bool) -> str:
                 f"the weights are the masters rounded (state.refresh_layers rebuilds them), so write only the shard "
                 f"of master, m and v")
     if another and total >= shard + GENERATOR_BYTES:
-        return (f"rank {rank} wrote the replicated state (the generator's {GENERATOR_BYTES:,} bytes, ...) or the "
-                f"manifest as well as another rank did: what every rank holds alike is written once, by the rank "
-                f"that commits (several ranks writing one file at once is a race on a real disk)")
+        return (f"rank {rank} wrote {total - shard:,} bytes beyond its shard, the size of the replicated state (the "
+                f"generator's {GENERATOR_BYTES:,} bytes, the order) or of a manifest, while another rank wrote more "
+                f"still: what every rank holds alike is written once, with the manifest, by the rank that commits "
+                f"(several ranks writing one file at once is a race on a real disk)")
     return ""
 
 

@@ -5,7 +5,8 @@ So p18 is graded on a job of several launches that share one disk, each launch a
 ranks, or real processes on gloo: a backend hands `job` a launcher that runs a Launch either way):
 
     control        the grader's own run, no checkpoint: the truth (spec.reference runs it, 4 ranks, then 2)
-    train          4 ranks, 6 steps, save_checkpoint after steps 2 and 4: saving must change nothing
+    train          4 ranks, 6 steps, save_checkpoint after steps 2 and 4: saving must change nothing (every
+                   launch calls load_checkpoint first, as a job's script does at every start: here on an empty disk)
     crash          4 ranks: rank 2 dies at the start of step 5 (after the save of step 4)
       resume         4 fresh ranks: load_checkpoint, then steps 5 and 6
       reshard        2 fresh ranks on the same disk: load_checkpoint, then steps 5 and 6
@@ -56,13 +57,13 @@ class Launch:
         return self.crash is not None or self.crash_step is not None
 
 
-TRAIN = Launch("train")
-CRASH = Launch("crash", crash_step=(CRASH_RANK, CRASH_STEP))
+TRAIN = Launch("train", load=True)
+CRASH = Launch("crash", load=True, crash_step=(CRASH_RANK, CRASH_STEP))
 RESUME = Launch("resume", load=True, saves=())
 RESHARD = Launch("reshard", world=2, load=True, saves=())
-POINT = Launch("crash point", until=POINTS_SAVE)  # and its crash point
+POINT = Launch("crash point", load=True, until=POINTS_SAVE)  # and its crash point
 POINT_RESUME = Launch("resume", load=True, saves=(), after_load=1)  # one step from the loaded checkpoint
-CONTROL = Launch("control", saves=(), control=True, records=tuple(range(1, STEPS + 1)))
+CONTROL = Launch("control", saves=(), control=True, records=tuple(range(STEPS + 1)))
 CONTROL_2 = Launch("control", world=2, saves=(), control=True, records=())
 
 
@@ -86,6 +87,8 @@ def program(save=None, load=None):
                 if out["stopped"]:  # no step can run on this state: say why rather than fail in the grader's step
                     out["disk"] = [e.to_dict() for e in fs.events()]
                     return out
+            if 0 in launch.records:
+                out["at"][0] = training.pieces(state)
             until = launch.until if launch.after_load is None else state.step + launch.after_load
             while state.step < until:
                 if launch.crash_step == (rank, state.step + 1):
@@ -145,6 +148,7 @@ class JobRecord:
     reshard: Resumed = field(default_factory=Resumed)
     damaged: Resumed = field(default_factory=Resumed)
     damaged_file: str = ""
+    damaged_listing: dict = field(default_factory=dict)  # the disk the damaged resume started from
     points: list = field(default_factory=list)  # {"event", "died", "listing", "resume": Resumed}
 
     def to_dict(self) -> dict:
@@ -152,7 +156,7 @@ class JobRecord:
             return {"results": r.results, "error": r.error, "reads": r.reads}
 
         return {"resume": resumed(self.resume), "reshard": resumed(self.reshard), "damaged": resumed(self.damaged),
-                "damaged_file": self.damaged_file,
+                "damaged_file": self.damaged_file, "damaged_listing": self.damaged_listing,
                 "points": [{**p, "resume": resumed(p["resume"])} for p in self.points]}
 
 
@@ -202,18 +206,34 @@ def job(launcher, control: dict) -> JobRecord:
     record.damaged_file = surviving_file(save_events(record.train, POINTS_SAVE), DAMAGED_RANK)
     if record.damaged_file:
         launcher.damage(damaged, record.damaged_file)
+    record.damaged_listing = launcher.listing(damaged)
     record.damaged = _resume(launcher, RESUME, damaged)
 
     events = save_events(record.train, POINTS_SAVE)
     for i, event in enumerate(events):
         disk = launcher.new_disk()
-        died = launcher.die(replace(POINT, crash=CrashPoint.during(DiskEvent(**event))), disk)
+        point = CrashPoint.during(DiskEvent(**event))
+        died = launcher.die(replace(POINT, crash=point), disk)
+        if died:
+            dodged(launcher, disk, point)
         entry = {"event": event, "died": died, "listing": launcher.listing(disk), "left": len(events) - i - 1}
         entry["resume"] = _resume(launcher, POINT_RESUME, disk) if died else Resumed()
         record.points.append(entry)
         if not (died and exact_resume(entry["resume"], control)):
             break
     return record
+
+
+def dodged(launcher, disk, point: CrashPoint) -> None:
+    """A rank that was to die at a change must have made no later change in that phase: one that did dodged its
+    crash (an answer that reached the disk's armed point and disarmed it), and nothing about the run can be
+    trusted: the launcher reports it as tampering."""
+    later = [e for e in launcher.events(disk) if (e["rank"], e["phase"]) == (point.rank, point.phase)
+             and e["index"] > point.index]
+    if later:
+        launcher.tampered(f"rank {point.rank} was to die at its change #{point.index} of the {point.phase}, yet it "
+                          f"made change #{later[0]['index']} ({later[0]['op']} {later[0]['path']}) after it: the "
+                          f"injected failure was dodged")
 
 
 def exact_resume(resumed: Resumed, control: dict) -> bool:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from . import guards
 from .op_costs import OpCost
+from .types import RankThreadError
 
 
 class RankCrashed(BaseException):
@@ -325,6 +326,10 @@ class Files:
     def _live(self, path) -> str:
         if self._dead:
             raise RankCrashed(f"rank {self._rank} is dead")
+        if guards.caller() is None:  # another thread than the rank's: it would write outside the baton's turns
+            raise RankThreadError(f"rank {self._rank}'s checkpoint disk was called from a thread the rank started "
+                                  f"(or after its run): the simulator runs each rank in one thread; write from "
+                                  f"the rank's own code")
         return normalize(path)
 
     def _file(self, path: str) -> bytearray:

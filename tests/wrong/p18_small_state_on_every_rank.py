@@ -9,7 +9,7 @@ import torch
 
 MISTAKE = "the replicated state (generator, order, numbers) written by every rank, not once"
 EXPECTED_FAILURES = {"bytes written"}
-DIAGNOSIS = "what every rank holds alike is written once"
+DIAGNOSIS = "what every rank holds alike is written once, with the manifest"
 
 
 def to_bytes(obj) -> bytes:

@@ -101,6 +101,13 @@ class RealLauncher:
     def listing(self, disk: RealDisk) -> dict:
         return disk.listing()
 
+    def events(self, disk: RealDisk) -> list[dict]:
+        return [e.to_dict() for e in disk.events()]
+
+    @staticmethod
+    def tampered(what: str):
+        raise TamperedLaunch([what])
+
     def reads(self, disk: RealDisk) -> list[str]:
         return [e.path for e in disk.events() if e.op == "read" and e.phase == "load"]
 
