@@ -80,14 +80,14 @@ from dataclasses import dataclass
 
 from .simulator.clock import Event
 from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
-from .simulator.filesystem import CrashPoint, Disk, DiskProfile, RankCrashed
+from .simulator.filesystem import CrashPoint, Disk, DiskProfile
 from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, DeadlockError, HiddenMemoryError,
                               InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
-                              ProcessGroup, RankThreadError, ReduceOp, SimError, TimeLimitError, UnmatchedError,
-                              UnwaitedWorkError, Work, WorkError)
+                              ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError, TimeLimitError,
+                              UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [

@@ -17,8 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .filesystem import RankCrashed
-from .types import IsolationError, RankThreadError, UnwaitedWorkError, _Abort
+from .types import IsolationError, RankCrashed, RankThreadError, UnwaitedWorkError, _Abort
 
 if TYPE_CHECKING:
     from .memory import SiteFinder

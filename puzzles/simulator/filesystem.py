@@ -51,12 +51,7 @@ from dataclasses import dataclass, field
 
 from . import guards
 from .op_costs import OpCost
-from .types import RankThreadError
-
-
-class RankCrashed(BaseException):
-    """The rank died (an injected failure). Not an Exception, so `except Exception` does not catch it, as nothing
-    in a process catches kill -9."""
+from .types import RankCrashed, RankThreadError
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -368,7 +363,7 @@ class Files:
     def _die(self, point: CrashPoint | None) -> None:
         self._dead = True
         self._disk.crashed = point or CrashPoint(self._rank, "between steps", -1)
-        _mark_dead(self._rank)
+        _mark_dead()
         raise RankCrashed(f"rank {self._rank} died (an injected failure" +
                           (f" at {point.phase}, change #{point.index})" if point else ")"))
 
@@ -452,16 +447,8 @@ class _ReadFile(io.BytesIO):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Where the disk meets the rest of the simulator: the rank's clock, and a dead rank's `dist`.
-
-
-def _rank_state():
-    from .world import _active
-
-    world = getattr(_active, "world", None)
-    if world is None:
-        return None, None
-    return world, world.ranks[world.current_rank()]
+# Where the disk meets the rest of the simulator: the rank's clock, and a dead rank's `dist` (through guards.py's
+# `caller`, the rank state of the thread: a real process's tracker on the real backend).
 
 
 def charge_io(ticks: int, nbytes: int, what: str) -> None:
@@ -474,8 +461,8 @@ def charge_io(ticks: int, nbytes: int, what: str) -> None:
     who.clock.run_compute(who.rank, ticks, OpCost(0, nbytes, "io"), "io", label, what, who.site())
 
 
-def _mark_dead(rank: int) -> None:
+def _mark_dead() -> None:
     """From now on the rank's `dist` calls raise RankCrashed (failures.py): a dead process reaches no one."""
-    world, me = _rank_state()
-    if world is not None and me.rank == rank:
-        me.crashed = True
+    who = guards.caller()
+    if who is not None:
+        who.crashed = True

@@ -6,24 +6,15 @@ from pathlib import Path
 
 from ...core.grading import grade_observation
 from ...core.result import ERROR, TAMPERED, PuzzleResult
-from ...core.spec import Observation
 from ..learner_code import load_puzzle, not_implemented_result
 from ..tamper import Fingerprint, describe, describe_internals, internals_used, untampered
-from .group import run_tasks
+from .group import observation, run_tasks
 from .launches import LaunchError, LaunchNotImplemented, RealLauncher, TamperedLaunch
 from .reports import raised_not_implemented
 from .rank import PuzzleTask
 
 # --------------------------------------------------------------------------------------------------------------
-# From payloads to an Observation, and grading.
-
-
-def observation(payloads, backend: str = "torch"):
-    ledgers = [p["ledger"] for p in payloads]
-    events = sorted((e for p in payloads for e in p["events"]), key=lambda e: (e["start"], e["rank"], e["stream"],
-                                                                                e["end"]))
-    return Observation([p["result"] for p in payloads], [l["peak"] for l in ledgers], ledgers, events, 0,
-                       backend=backend)
+# Grading: payloads -> Observation (group.observation) -> core/grading.py.
 
 
 def grade_folder(folder: Path, specs, seed: int, *, world_size: int | None = None, **options) -> list:

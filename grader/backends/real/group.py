@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from puzzles.simulator.clock import CostModel
 
+from ...core.spec import Observation
 from .disk import CRASH_EXIT
 from .rank import STARTUP_TIMEOUT, FunctionTask, _child_main
 from .reports import _first_line, _tail, classify, describe_errors, describe_hang
@@ -258,6 +259,15 @@ def _load(path: Path, rank: int) -> dict:
         return {"rank": rank, "error_type": "UnloadableResult",
                 "error": (f"UnloadableResult: the rank returned data the grader will not load ({type(exc).__name__}): "
                           f"return tensors and plain Python values (numbers, strings, lists, tuples, dicts) only")}
+
+
+def observation(payloads, backend: str = "torch"):
+    """Every rank's payload of one task as the Observation a simulated run gives (no clock: makespan 0)."""
+    ledgers = [p["ledger"] for p in payloads]
+    events = sorted((e for p in payloads for e in p["events"]), key=lambda e: (e["start"], e["rank"], e["stream"],
+                                                                                e["end"]))
+    return Observation([p["result"] for p in payloads], [l["peak"] for l in ledgers], ledgers, events, 0,
+                       backend=backend)
 
 
 def run_tasks(tasks, world_size: int, *, backend: str = "gloo", timeout: float = DEFAULT_TIMEOUT,

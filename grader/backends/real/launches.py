@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...core.spec import Observation, PuzzleSpec
 from .disk import RealDisk
-from .group import run_tasks
+from .group import observation, run_tasks
 from .reports import raised_not_implemented
 
 
@@ -150,8 +150,6 @@ class RealLauncher:
         return str(exc)
 
     def observation(self, results: list) -> Observation:
-        from .grading import observation
-
         obs = observation(self.first)
         obs.results = results
         return obs
