@@ -71,12 +71,12 @@ def program(save=None, load=None):
     """What every rank runs in a launch: the harness around the learner's save_checkpoint and load_checkpoint."""
 
     def run(dist, launch, disk, seed, x, target, start, pieces_at_start=None):
-        rank, world = dist.get_rank(), dist.get_world_size()
+        rank = dist.get_rank()
         fs = disk.mount(dist)
         if pieces_at_start is not None:
             state = training.state_from(pieces_at_start, seed)
         else:
-            state = training.fresh_state(rank, world, start, seed)
+            state = training.fresh_state(rank, dist.get_world_size(), start, seed)
         out = {"rank": rank, "launch": launch.name, "at": {}}
         try:
             if launch.load:
@@ -116,10 +116,10 @@ def loaded_as_one(dist, state) -> str:
     world = dist.get_world_size()
     problem = training.unusable(state, world)
     step = state.step if isinstance(state.step, int) and not isinstance(state.step, bool) else -1
-    mine = torch.tensor([0 if problem is None else 1, step], dtype=torch.int64)
-    every = torch.empty(2 * world, dtype=torch.int64)
-    dist.all_gather_into_tensor(every, mine)
-    bad, steps = every.view(world, 2)[:, 0].tolist(), every.view(world, 2)[:, 1].tolist()
+    note = torch.tensor([0 if problem is None else 1, step], dtype=torch.int64)
+    notes = torch.empty(2 * world, dtype=torch.int64)
+    dist.all_gather_into_tensor(notes, note)
+    bad, steps = notes.view(world, 2)[:, 0].tolist(), notes.view(world, 2)[:, 1].tolist()
     if problem is not None:
         return problem
     if any(bad):

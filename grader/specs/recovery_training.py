@@ -216,8 +216,8 @@ def next_batch(state: TrainingState) -> torch.Tensor:
 def train_step(dist, state: TrainingState, x: torch.Tensor, target: torch.Tensor) -> None:
     """One step of the job on this rank: its rows of the global batch, forward and backward in float16 with the
     loss scaled, every rank skips alike at an overflow, else the sharded Adam update and the weights gathered."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
+    me, world = dist.get_rank(), dist.get_world_size()
+    rows = slice(me * BATCH // world, (me + 1) * BATCH // world)
     if state.position == 0:  # a new epoch: a new order of the samples
         state.order = epoch_order(state.generator)
     batch = state.order[state.position:state.position + BATCH]
