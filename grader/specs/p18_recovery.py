@@ -345,6 +345,13 @@ def diagnose_load(loaded, expected, step, fresh_generator=None) -> str:
         return (f"{' and '.join(fresh)} still hold{'s' if len(fresh) == 1 else ''} what a fresh process starts with: "
                 f"save {'it' if len(fresh) == 1 else 'them'} in the checkpoint and restore "
                 f"{'it' if len(fresh) == 1 else 'them'} in load_checkpoint")
+    rounded = all(isinstance((p or {}).get("master"), torch.Tensor) and p["master"].dtype == torch.float32 and
+                  piece_mismatch(p["master"], e["master"]) and torch.equal(p["master"], e["master"].half().float())
+                  for p, e in zip(loaded, expected))
+    if rounded:
+        return ("the master weights hold the float16 weights' values (the masters rounded to float16): restore the "
+                "float32 master shard itself, which the checkpoint must hold; the float16 weights are rebuilt from "
+                "it, never the other way")
     weights_only = all(piece_mismatch((p or {}).get("weights"), e["weights"]) and
                        not piece_mismatch((p or {}).get("master"), e["master"]) for p, e in zip(loaded, expected))
     if weights_only:
