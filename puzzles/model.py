@@ -12,7 +12,8 @@ Parts I and II: a stack of L residual MLP blocks,
 *averaged over the batch*: that average is why data-parallel ranks must average their gradients, not add them.
 
 Part III: a pre-norm transformer block over sequences, the same MLP after a causal multi-head self-attention,
-each behind an RMS norm and a residual connection (transformer_block, below).
+each behind an RMS norm and a residual connection (transformer_block, below); and attention computed one tile (a
+chunk of queries against a chunk of keys) at a time, forward and backward, as ring attention computes it.
 
 Everything is float64, so a correct answer matches the serial reference to about 1e-12.
 """
@@ -88,12 +89,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
 
 def causal_attention(x: torch.Tensor, wqkv: torch.Tensor, wo: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Multi-head self-attention in which token t sees tokens 0..t only, written out. x: [batch, s, d]."""
-    b, s, d = x.shape
-    hd = d // n_heads  # each head's width
-    q, k, v = (x @ wqkv).split(d, dim=-1)  # [b, s, d] each
+    """Multi-head self-attention in which token t sees tokens 0..t only, written out. x: [batch, s, d].
 
-    def heads(t):  # [b, s, d] -> [b, heads, s, hd]
+    It works on any group of heads too (tensor parallelism splits them between ranks): given only their columns
+    of wqkv ([d, 3·width]: their q columns, then their k columns, then their v columns) and the matching rows of
+    wo ([width, d]), with n_heads the number of heads in the group, it returns their share of the output, [b, s, d]
+    (summed over every group of heads, the whole attention)."""
+    b, s, _ = x.shape
+    width = wqkv.shape[1] // 3  # the heads' q (or k, or v) columns: d for all of them
+    hd = width // n_heads  # each head's width
+    q, k, v = (x @ wqkv).split(width, dim=-1)  # [b, s, width] each
+
+    def heads(t):  # [b, s, width] -> [b, heads, s, hd]
         return t.view(b, s, n_heads, hd).transpose(1, 2)
 
     q, k, v = heads(q), heads(k), heads(v)
@@ -102,7 +109,7 @@ def causal_attention(x: torch.Tensor, wqkv: torch.Tensor, wo: torch.Tensor, n_he
     scores = scores.masked_fill(future, float("-inf"))
     p = torch.softmax(scores, dim=-1)  # each row sums to 1 over the keys it may see
     out = p @ v  # [b, heads, s, hd]
-    out = out.transpose(1, 2).reshape(b, s, d)  # the heads side by side again
+    out = out.transpose(1, 2).reshape(b, s, width)  # the heads side by side again
     return out @ wo
 
 
@@ -136,3 +143,35 @@ def make_sequences(batch: int, s: int, d: int, seed: int):
     """A random batch of sequences (x, target), both [batch, s, d]."""
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(batch, s, d, generator=g, dtype=DTYPE), torch.randn(batch, s, d, generator=g, dtype=DTYPE))
+
+
+# ---- Part III: attention one tile at a time (ring attention; flash attention works the same way inside a GPU)
+
+
+def attention_tile(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, diagonal: bool):
+    """Attention of one chunk of queries against one chunk of keys and values alone: (out, lse).
+
+    q: [b, heads, c, hd]; k, v: [b, heads, c', hd]. out [b, heads, c, hd] is the softmax-weighted sum of these
+    values; lse [b, heads, c, 1] the log of the sum of exp(score) over these keys: what lets results over different
+    keys be merged later (the online softmax). `diagonal`: the two chunks are the same positions, so query t sees
+    keys 0..t of the chunk only (the causal mask); otherwise it sees every key of the chunk."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [b, heads, c, c']
+    if diagonal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    return torch.exp(scores - lse) @ v, lse
+
+
+def attention_tile_backward(q, k, v, out, lse, grad_out, diagonal: bool):
+    """One tile's part of the gradients, (dq, dk, dv), given the query chunk's final out and lse (over every key it
+    sees, all tiles merged) and out's gradient. The scores are computed again, not kept: flash attention's backward.
+    Summed over the tiles a query chunk sees, the dq are its gradient; summed over the query chunks that see a key
+    chunk, the dk and dv are that chunk's."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale
+    if diagonal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(scores - lse)  # this tile's share of each query's softmax over all the keys it sees
+    dv = p.transpose(-2, -1) @ grad_out
+    ds = p * (grad_out @ v.transpose(-2, -1) - (grad_out * out).sum(dim=-1, keepdim=True)) * scale
+    return ds @ k, ds.transpose(-2, -1) @ q, dv

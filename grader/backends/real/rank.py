@@ -110,7 +110,7 @@ def tampering(task, tracker) -> list[str]:
     found = []
     before = getattr(task, "before", None)
     if before is not None:
-        found = before.changes(Fingerprint())
+        found = before.changes(Fingerprint(with_kernels=True))
         if found:
             before.restore()
     if tracker is not None:
@@ -131,7 +131,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
             gc_was_enabled = gc.isenabled()
             gc.disable()
             tracker = ProcessTracker(rank, cost, [model.__file__], device, getattr(task, "harness_files", ()))
-            probe.install_process_tracker(lambda: tracker.ledger.current)
+            probe.install_process_tracker(lambda: tracker.ledger.current, lambda: len(tracker.ledger.timeline))
             default_device = torch.get_default_device() if device is not None else None
             try:
                 if device is not None:
@@ -141,6 +141,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
                     tracker.charge_module(getattr(task, "module", None))
                     placed = tracker.place(tuple(args))
                     result = fn(dist, *placed)
+                    tracker.storage.close_rank(rank)  # a storage resized in place since an op last showed it
                     tracker.ledger.close()  # what the rank holds as it returns, its inputs included
                     del placed
             finally:
@@ -150,6 +151,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
                 probe.install_process_tracker(None)
                 if gc_was_enabled:
                     gc.enable()
+            tracker.clock.close()
             return {"rank": rank, "result": portable(result), "ledger": tracker.ledger.to_dict(),
                     "events": [e.to_dict() for e in tracker.clock.events], "flops": tracker.flops,
                     "tampering": tampering(task, tracker), "run_s": time.perf_counter() - started}

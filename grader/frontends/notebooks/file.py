@@ -5,11 +5,11 @@
     puzzles-standalone.ipynb  the same notebook carrying the package itself (standalone.py): one file that runs
                               in Colab or any Jupyter with torch, numpy and matplotlib, no repository, no network
 
-Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then the puzzles in two
-parts (PARTS: Part I, puzzles 1-8, Part II, puzzles 9-12, each opened by a heading cell with a short
-introduction), each puzzle with its story (the puzzle file's docstring, as markdown, ending with where to
-write), the stub in a code cell tagged with the puzzle id, and a check cell that grades the functions that cell
-defined and shows the result. Every cell has a stable id naming its role ("p3-story", "p3", "p3-check",
+Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then the puzzles in
+parts (PARTS: Part I, puzzles 1-8, Part II, puzzles 9-12, Part III, puzzles 13 on, each opened by a heading cell
+with a short introduction), each puzzle with its story (the puzzle file's docstring, as markdown, ending with
+where to write), the stub in a code cell tagged with the puzzle id, and a check cell that grades the functions
+that cell defined and shows the result. Every cell has a stable id naming its role ("p3-story", "p3", "p3-check",
 "part-2"), which is how `build` finds the cells a learner edited (build.py) and how grading finds the answers
 when tags are lost (cells.py, which reads a notebook back).
 """
