@@ -341,6 +341,7 @@ _FORBIDDEN_ATTRIBUTES = {
     "_RULES", "rule_of", "flop_registry", "_disable_current_modes", "_pop_mode", "_push_mode", "_pop_mode_temporarily",
     "_DisableTorchDispatch", "_get_current_dispatch_mode_stack", "get_objects", "get_referrers", "_getframe",
     "_current_frames", "settrace", "setprofile", "__code__", "__globals__", "__closure__", "__builtins__",
+    "_disk", "_changes", "_dead",  # the checkpoint disk's own state behind `fs` (its armed crash point, p18)
 }
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .types import IsolationError, RankThreadError, UnwaitedWorkError, _Abort
+from .types import IsolationError, RankCrashed, RankThreadError, UnwaitedWorkError, _Abort
 
 if TYPE_CHECKING:
     from .memory import SiteFinder
@@ -39,6 +39,8 @@ class _Failures:
         if me is owner:
             if self.aborted:
                 raise _Abort
+            if getattr(me, "crashed", False):  # an injected failure (filesystem.py): a dead process reaches no one
+                raise RankCrashed(f"rank {me.rank} is dead")
             me.calls += 1
             return me
         if me is not None:

@@ -8,6 +8,8 @@ count, a logged loss), and up to ITEMS numbers read one by one with `.item()`, `
 The same goes for tensors made at module level when a rank imports the learner's file: more than IMPORT_BYTES of
 them is a HiddenMemoryError (check_import), since the memory checks measure from the call of the function on.
 
+A rank that mounted a checkpoint disk (filesystem.py) may pickle tensors: torch.save's bytes go to the disk, which
+counts every byte to the rank that writes it (`allow_files`).
 Every tensor an op makes or takes is charged for the storages that hold its bytes (storages_of): a strided tensor's
 own (quantized, meta and nested ones included), a sparse tensor's indices and values (COO, CSR, CSC, BSR, BSC).
 A tensor whose bytes no storage shows (a subclass with a `__torch_dispatch__` of its own, whose ops run where no
@@ -62,10 +64,26 @@ def _caller():
     return None
 
 
+_PICKLING = ("__reduce_ex__", "__reduce__")
+
+
+def caller():
+    """The rank whose own code is running in this thread (the simulator's rank state, or a real process's tracker:
+    each has .rank, .clock, .labels and .site()), or None."""
+    return _caller()
+
+
+def allow_files() -> None:
+    """The calling rank writes files (it mounted a checkpoint disk): torch.save may pickle its tensors."""
+    who = _caller()
+    if who is not None:
+        who.writes_files = True
+
+
 def _guarded(cls, name: str, what: str, original):
     def guard(self, *args, **kwargs):
         who = _caller()
-        if who is not None and _size(self) > SMALL:
+        if who is not None and _size(self) > SMALL and not (name in _PICKLING and getattr(who, "writes_files", False)):
             raise HiddenMemoryError(
                 f"rank {who.rank} turned {_describe(self)} into {what} at {who.site()}: inside a rank, keep tensors "
                 f"as torch tensors. The memory ledger sees only torch's storages, so {what} would hide memory "

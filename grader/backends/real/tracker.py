@@ -22,6 +22,10 @@ from puzzles.simulator.memory import AT_IMPORT, Ledger, SiteFinder, StorageTrack
 
 PLACED_SITE = "input placed on the rank by the launcher"
 _ITEM = torch.ops.aten._local_scalar_dense.default
+# torch.tensor([...]) makes its storage outside the dispatcher and hands it to lift_fresh, a view op: that storage
+# is the rank's new memory all the same (the simulator's mode.py charges it too).
+_LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
+          (getattr(getattr(torch.ops.aten, name, None), o, None) for o in ("default",)) if op is not None}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DIST_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
 _DISPATCH_FILES = {os.path.join(_TORCH_DIR, "_ops.py"), os.path.join(_TORCH_DIR, "utils", "_python_dispatch.py"),
@@ -249,7 +253,8 @@ class ProcessTracker(TorchDispatchMode):
         return place_inputs(value, copy_tensor)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        """Charge each new storage an op makes to this rank. A view op makes none: a storage first seen as the
+        """Charge each new storage an op makes to this rank. A view op makes none (but torch.tensor's lift_fresh,
+        whose storage is new memory): a storage first seen as the
         output of one was made outside the tracked ops, by the runtime (gloo's async reduce_scatter_tensor splits
         its own flat buffer inside work.wait(), in the caller's thread: measured, 262,144 bytes charged to the
         learner's wait() line before this rule), and is not the learner's."""
@@ -271,7 +276,7 @@ class ProcessTracker(TorchDispatchMode):
             for st in guards.storages_of(t, self):  # (a sparse tensor's parts; a subclass is refused)
                 if st._cdata in self.storage.owner:  # grown in place (resize_, out=, set_)?
                     self.storage.see(st, self.rank, self.sites.allocation_site)
-                elif not func.is_view:
+                elif not func.is_view or func in _LIFTS:
                     if runtime is None:
                         runtime = _in_runtime()
                     if not runtime:

