@@ -12,7 +12,8 @@ Parts I and II: a stack of L residual MLP blocks,
 *averaged over the batch*: that average is why data-parallel ranks must average their gradients, not add them.
 
 Part III: a pre-norm transformer block over sequences, the same MLP after a causal multi-head self-attention,
-each behind an RMS norm and a residual connection (transformer_block, below).
+each behind an RMS norm and a residual connection (transformer_block, below); and attention computed one tile (a
+chunk of queries against a chunk of keys) at a time, forward and backward, as ring attention computes it.
 
 Everything is float64, so a correct answer matches the serial reference to about 1e-12.
 """
@@ -136,3 +137,35 @@ def make_sequences(batch: int, s: int, d: int, seed: int):
     """A random batch of sequences (x, target), both [batch, s, d]."""
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(batch, s, d, generator=g, dtype=DTYPE), torch.randn(batch, s, d, generator=g, dtype=DTYPE))
+
+
+# ---- Part III: attention one tile at a time (ring attention; flash attention works the same way inside a GPU)
+
+
+def attention_tile(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, diagonal: bool):
+    """Attention of one chunk of queries against one chunk of keys and values alone: (out, lse).
+
+    q: [b, heads, c, hd]; k, v: [b, heads, c', hd]. out [b, heads, c, hd] is the softmax-weighted sum of these
+    values; lse [b, heads, c, 1] the log of the sum of exp(score) over these keys: what lets results over different
+    keys be merged later (the online softmax). `diagonal`: the two chunks are the same positions, so query t sees
+    keys 0..t of the chunk only (the causal mask); otherwise it sees every key of the chunk."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [b, heads, c, c']
+    if diagonal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    return torch.exp(scores - lse) @ v, lse
+
+
+def attention_tile_backward(q, k, v, out, lse, grad_out, diagonal: bool):
+    """One tile's part of the gradients, (dq, dk, dv), given the query chunk's final out and lse (over every key it
+    sees, all tiles merged) and out's gradient. The scores are computed again, not kept: flash attention's backward.
+    Summed over the tiles a query chunk sees, the dq are its gradient; summed over the query chunks that see a key
+    chunk, the dk and dv are that chunk's."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale
+    if diagonal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(scores - lse)  # this tile's share of each query's softmax over all the keys it sees
+    dv = p.transpose(-2, -1) @ grad_out
+    ds = p * (grad_out @ v.transpose(-2, -1) - (grad_out * out).sum(dim=-1, keepdim=True)) * scale
+    return ds @ k, ds.transpose(-2, -1) @ q, dv

@@ -184,6 +184,8 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
     world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
     for ledger in world.ledgers:
         ledger.close()
+    for r in world.ranks:
+        r.clock.close()
     events = sorted((e for r in world.ranks for e in r.clock.events),
                     key=lambda e: (e.start, e.rank, e.stream, e.end))
     makespan = max([max(r.clock.compute, r.clock.comm) for r in world.ranks] + [0])

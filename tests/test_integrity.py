@@ -128,8 +128,14 @@ GRADER = "__import__('importlib'.replace('lib', 'lib')).import_module('grad' + '
     ("import torch\ntorch.allclose = lambda *a, **k: True\n", "torch.allclose"),
     ("import torch\ntorch.Tensor.__sub__ = lambda a, b: a * 0\n", "torch.Tensor.__sub__"),
     ("import builtins\nbuiltins.max = lambda *a, **k: 0\n", "builtins.max"),
-    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.clock']\nk.CostModel.compute_ticks = lambda self, f: 0\n",
+    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.cost']\nk.CostModel.compute_ticks = lambda self, c, d=None: 0\n",
      "CostModel.compute_ticks"),
+    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.op_costs']\n"
+     "getattr(k, '_RU' + 'LES')[__import__('torch').ops.aten.mm.default] = k.FREE\n",  # matmuls made free
+     "op_costs._RULES"),
+    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.op_costs']\n"
+     "getattr(k, '_RU' + 'LES')[__import__('torch').ops.aten.cholesky_solve.default] = (False, 'none', 'memory')\n",
+     "op_costs._RULES"),
     ("from torch.utils import flop_counter\ngetattr(flop_counter, 'flop_' + 'registry').clear()\n", "flop_registry"),
 ])
 def test_modifying_the_grader_simulator_or_torch_is_tampering(tmp_path, cheat, what):

@@ -37,7 +37,22 @@ WATCHED_CLASSES = ("torch.Tensor", "torch.storage.UntypedStorage", "torch.storag
 # Module-level caches of the project's that fill in during a run: new keys are fine, a changed value is not. (In
 # torch and the standard library every module-level dict may gain entries: registries such as
 # copy.dispatch_table fill in lazily. Losing or changing an entry is still tampering.)
-GROWING = {"puzzles.simulator.clock._FORMULAS"}
+GROWING = {"puzzles.simulator.op_costs._RULES"}
+
+
+def _rule_is_its_own(func, rule) -> bool:
+    """An entry of op_costs' cache of rules: the rule the simulator derives for that op, and nothing else (an
+    answer that put a rule of its own there, say mm as free, would compute off the clock)."""
+    from puzzles.simulator.op_costs import rule_of
+
+    try:
+        return rule == rule_of(func)
+    except Exception:  # not an op at all
+        return False
+
+
+# The entries such a cache gains during a run must be the ones it would have computed itself.
+GROWN_ENTRIES_CHECK = {"puzzles.simulator.op_costs._RULES": _rule_is_its_own}
 _SKIP_TYPES = (types.ModuleType, threading.local)
 # torch keeps state in module-level scalars (flags that its dispatch modes toggle): in torch and the standard
 # library only objects are watched; in the project's own modules every scalar too (a tolerance, a budget).
@@ -234,6 +249,12 @@ class Fingerprint:
                 elif not before.same_as(attrs2[attr], grow_ok=where in GROWING or not ours) and (
                         ours or not _torch_own(attrs2[attr].value)):
                     out += _what_changed(where, before, attrs2[attr])
+                elif where in GROWN_ENTRIES_CHECK:
+                    grown, check = attrs2[attr].parts, GROWN_ENTRIES_CHECK[where]
+                    forged = [k for k in grown.keys() - before.parts.keys() if not check(k, grown[k])]
+                    if forged:
+                        out.append(f"{where} gained {len(forged)} entries that are not the simulator's own "
+                                   f"({', '.join(map(str, forged[:3]))})")
             out += [f"{name}.{attr} was added" for attr in sorted(attrs2.keys() - attrs.keys())
                     if ours or not (isinstance(attrs2[attr].value, (*_SCALARS, types.ModuleType))
                                     or _torch_own(attrs2[attr].value))]
@@ -295,7 +316,7 @@ _FORBIDDEN_MODULES = ("grader", "puzzles.simulator", "torch._C", "torch.utils._p
 # Python's introspection that reach the grader's objects.
 _FORBIDDEN_ATTRIBUTES = {
     "_world", "_me", "_live", "_peak_live", "_refs", "_sizes", "_problems", "_still_alive", "_alive_keys",
-    "_FORMULAS", "flop_registry", "_disable_current_modes", "_pop_mode", "_push_mode", "_pop_mode_temporarily",
+    "_RULES", "rule_of", "flop_registry", "_disable_current_modes", "_pop_mode", "_push_mode", "_pop_mode_temporarily",
     "_DisableTorchDispatch", "_get_current_dispatch_mode_stack", "get_objects", "get_referrers", "_getframe",
     "_current_frames", "settrace", "setprofile", "__code__", "__globals__", "__closure__", "__builtins__",
 }

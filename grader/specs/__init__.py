@@ -1,6 +1,6 @@
 """The puzzles' specs: one module per puzzle, each defining `SPEC` (a core.spec.PuzzleSpec).
 
-    p1_checkpointing.py ... p12_*.py     inputs from a seed, the serial reference, what each rank runs, the
+    p1_checkpointing.py ... p15_*.py     inputs from a seed, the serial reference, what each rank runs, the
                                          budgets (formulas with their numbers) and the checks with their diagnoses
     pipeline.py, pipeline_values.py      what p5 and p6 share: the stages, their checks, the value diagnosis
     tensor_parallel_mistakes.py          p4's sizes, and the common mistakes replayed to name a wrong answer
@@ -13,6 +13,12 @@
     three_d_layout.py, three_d_groups.py p11's rank layout, sizes and serial pieces; its process-group rules
     expert_routing.py                    p12's sizes, the routing built into every seed, the serial mixture of
                                          experts and the common mistakes replayed on it
+    ring_attention_serial.py             p15's sizes, its inputs made chunk by chunk, the serial causal attention
+                                         read off at each rank's tokens, the common mistakes replayed on it
+    ring_attention_costs.py              p15's compute formulas and a rank's share measured on the clock
+    ring_attention_checks.py             p15's checks of compute, balance, bytes per phase and exposed messages,
+                                         and the wrong values named; ring_attention_memory.py its memory rules
+    received_blocks.py                   p15: the watch that notes, at each message, the other ranks' data alive
 
 A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
 (an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.

@@ -192,13 +192,18 @@ class RankClock:
             last.product_flops += cost.flops if cost.kind in PRODUCTS else 0
             last.ops += 1
             self._last_ops[name] = self._last_ops.get(name, 0) + 1
-            last.op = describe_ops(self._last_ops)
             return
+        self.close()
         ev = Event(rank, "compute", kind, start, self.compute, flops=cost.flops, bytes=cost.bytes, label=label,
                    site=site, op=name, product_flops=cost.flops if cost.kind in PRODUCTS else 0)
         self.events.append(ev)
         self._last_compute = ev
         self._last_ops = {name: 1}
+
+    def close(self) -> None:
+        """Write the last compute event's op names ("mm x4, gelu x2"): once, when no op can join it any more."""
+        if self._last_compute is not None and self._last_compute.ops > 1:
+            self._last_compute.op = describe_ops(self._last_ops)
 
     # ---- the communication queue
 

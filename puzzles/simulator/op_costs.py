@@ -136,18 +136,25 @@ FFT_FLOPS = 5  # 5·N·log2(n): the radix-2 count for N points transformed along
 def _tensors(value) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
+    found = []
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
+        for v in value:
+            if isinstance(v, torch.Tensor):
+                found.append(v)
+            elif isinstance(v, (list, tuple)):
+                found.extend(_tensors(v))
+    return found
 
 
 def _is_sparse(t: torch.Tensor) -> bool:
-    return t.layout != torch.strided
+    return t.layout is not torch.strided  # (`is`: comparing layouts with == costs three times as much)
 
 
 def _numel(t: torch.Tensor) -> int:
     """Elements an op touches in `t`: its stored values for a sparse tensor, else its elements."""
-    if t.layout == torch.sparse_coo:
+    if t.layout is torch.strided:
+        return t.numel()
+    if t.layout is torch.sparse_coo:
         return t._nnz()
     if _is_sparse(t):
         return t.values().numel()
@@ -157,6 +164,8 @@ def _numel(t: torch.Tensor) -> int:
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes an op reads in `t`: the memory its elements span (an expanded view reads its base once), at most
     its elements' size; a sparse tensor's stored values and indices."""
+    if t.layout is torch.strided and t.is_contiguous():  # the common case, without walking the strides
+        return t.numel() * t.element_size()
     if _is_sparse(t):
         parts = ((t._values(), t._indices()) if t.layout == torch.sparse_coo else
                  (t.values(), t.crow_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.ccol_indices(),
@@ -174,65 +183,100 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 def op_cost(func, args, kwargs, out) -> OpCost:
     """FLOPs and bytes of one aten op (`func`, an OpOverload) called on args/kwargs that returned `out`."""
-    packet = func.overloadpacket
-    if func.is_view or packet in _NO_KERNEL:
+    rule = _RULES.get(func)
+    if rule is None:
+        rule = _RULES[func] = rule_of(func)
+    if rule is FREE:
         return FREE
-    inputs = _tensors(args) + _tensors(list(kwargs.values()))
+    inputs = _tensors(args) + (_tensors(list(kwargs.values())) if kwargs else [])
     outputs = _tensors(out)
-    read = 0 if packet in _LIKE else sum(tensor_bytes(t) for t in inputs)
+    read = 0 if rule[0] else sum(tensor_bytes(t) for t in inputs)
     nbytes = read + sum(tensor_bytes(t) for t in outputs)
-    flops, kind = _flops(func, packet, args, kwargs, out, inputs, outputs)
+    if len(inputs) >= 2 and any(t.layout is not torch.strided for t in inputs):
+        flops, kind = _sparse_product(inputs, outputs), "matmul"
+    else:
+        flops, kind = _APPLY[rule[1]](rule, func, args, kwargs, out, inputs, outputs)
     return OpCost(flops, nbytes, kind)
 
 
-def _flops(func, packet, args, kwargs, out, inputs, outputs) -> tuple[int, str]:
-    out_elements = sum(_numel(t) for t in outputs)
-    in_largest = max((_numel(t) for t in inputs), default=0)
+# func -> FREE, or its rule: (reads no data, the rule's name, its parameters), found once per op so that the
+# per-call work is the rule alone (a dozen set lookups on an op's packet, each hashed in Python, were half of an
+# op's cost). Plain data, so that the grader can check that every entry is the rule rule_of gives (tamper.py).
+_RULES: dict = {}
+
+
+def _out_elements(outputs) -> int:
+    return sum(_numel(t) for t in outputs)
+
+
+def _in_largest(inputs) -> int:
+    return max((_numel(t) for t in inputs), default=0)
+
+
+_APPLY = {
+    "none": lambda rule, func, args, kwargs, out, inputs, outputs: (0, rule[2]),
+    "per input": lambda rule, func, args, kwargs, out, inputs, outputs: (rule[2] * _in_largest(inputs), rule[3]),
+    "per output": lambda rule, func, args, kwargs, out, inputs, outputs: (rule[2] * _out_elements(outputs), rule[3]),
+    "per element": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        rule[2] * max(_in_largest(inputs), _out_elements(outputs)), rule[3]),
+    "registered": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        _registered(flop_registry[func.overloadpacket], args, kwargs, out), rule[2]),
+    "vector product": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        _vector_product(inputs, _out_elements(outputs)), "matmul"),
+    "attention": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        _attention(inputs[0], inputs[1], backward=False), "attention"),
+    "attention backward": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        _attention(inputs[1], inputs[2], backward=True), "attention"),
+    "fft": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        _fft(inputs[0], args[1] if len(args) > 1 else None), "matmul"),
+    "cubic": lambda rule, func, args, kwargs, out, inputs, outputs: (_cubic(inputs), "matmul"),
+    "cdist": lambda rule, func, args, kwargs, out, inputs, outputs: (_cdist(inputs), "matmul"),
+    "trilinear": lambda rule, func, args, kwargs, out, inputs, outputs: (_trilinear(args), "matmul"),
+    "accumulate": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        max((_numel(t) for t in inputs[1:]), default=0) or _in_largest(inputs), "reduction"),
+    "fused optimizer": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        rule[2] * sum(t.numel() for t in _tensors(args[0])), "elementwise"),
+    "random": lambda rule, func, args, kwargs, out, inputs, outputs: (max(_out_elements(outputs), 1), "elementwise"),
+}
+
+
+def rule_of(func):
+    """How op_cost charges `func`: FREE, or (reads no data, the rule's name in _APPLY, its parameters)."""
+    packet = func.overloadpacket
+    if func.is_view or packet in _NO_KERNEL:
+        return FREE
+    like = packet in _LIKE
     if packet in _MOVES:
-        return 0, "memory"
-    if any(_is_sparse(t) for t in inputs) and len(inputs) >= 2:
-        return _sparse_product(inputs, outputs), "matmul"
-    formula = flop_registry.get(packet)
-    if formula is not None:
-        return _registered(formula, args, kwargs, out), "attention" if "attention" in packet.__name__ else "matmul"
+        return like, "none", "memory"
+    if packet in flop_registry:
+        return like, "registered", "attention" if "attention" in packet.__name__ else "matmul"
     if packet in _VECTOR_PRODUCTS:
-        return _vector_product(inputs, out_elements), "matmul"
+        return like, "vector product"
     if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None):
-        return _attention(inputs[0], inputs[1], backward=False), "attention"
+        return like, "attention"
     if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None):
-        return _attention(inputs[1], inputs[2], backward=True), "attention"
-    if packet in _SOFTMAX:
-        return SOFTMAX_FLOPS * in_largest, "softmax/norm"
-    if packet in _SOFTMAX_BACKWARD:
-        return SOFTMAX_BACKWARD_FLOPS * in_largest, "softmax/norm"
-    if packet in _LAYER_NORM:
-        return NORM_FLOPS * in_largest, "softmax/norm"
-    if packet in _LAYER_NORM_BACKWARD:
-        return NORM_BACKWARD_FLOPS * in_largest, "softmax/norm"
-    if packet in _FFT:
-        return _fft(inputs[0], args[1] if len(args) > 1 else None), "matmul"
-    if packet in _CUBIC:
-        return _cubic(inputs), "matmul"
-    if packet in _CDIST:
-        return _cdist(inputs), "matmul"
-    if packet in _TRILINEAR:
-        return _trilinear(args), "matmul"
-    if packet in _ACCUMULATE:
-        return max((_numel(t) for t in inputs[1:]), default=0) or in_largest, "reduction"
+        return like, "attention backward"
+    for group, n, kind in ((_SOFTMAX, SOFTMAX_FLOPS, "softmax/norm"),
+                           (_SOFTMAX_BACKWARD, SOFTMAX_BACKWARD_FLOPS, "softmax/norm"),
+                           (_LAYER_NORM, NORM_FLOPS, "softmax/norm"),
+                           (_LAYER_NORM_BACKWARD, NORM_BACKWARD_FLOPS, "softmax/norm"),
+                           (_TWO_PER_ELEMENT, 2, "reduction")):
+        if packet in group:
+            return like, "per input", n, kind
+    for group, name in ((_FFT, "fft"), (_CUBIC, "cubic"), (_CDIST, "cdist"), (_TRILINEAR, "trilinear"),
+                        (_ACCUMULATE, "accumulate"), (_RANDOM, "random")):
+        if packet in group:
+            return like, name
     if packet in _FUSED_OPTIMIZERS:
-        return _FUSED_OPTIMIZERS[packet] * sum(t.numel() for t in _tensors(args[0])), "elementwise"
-    if packet in _RANDOM:
-        return max(out_elements, 1), "elementwise"
-    if packet in _TWO_PER_ELEMENT:
-        return 2 * in_largest, "reduction"
+        return like, "fused optimizer", _FUSED_OPTIMIZERS[packet]
     if packet in _THREE_PER_ELEMENT:
-        return 3 * max(in_largest, out_elements), "elementwise"
+        return like, "per element", 3, "elementwise"
     tags = func.tags
     if _POINTWISE is not None and _POINTWISE in tags:
-        return out_elements, "elementwise"
+        return like, "per output", 1, "elementwise"
     if _REDUCTION is not None and _REDUCTION in tags:
-        return in_largest, "reduction"
-    return max(in_largest, out_elements), "other"  # no formula: every element it reads or writes, never zero
+        return like, "per input", 1, "reduction"
+    return like, "per element", 1, "other"  # no formula: every element it reads or writes, never zero
 
 
 def _registered(formula, args, kwargs, out) -> int:

@@ -150,6 +150,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
                 probe.install_process_tracker(None)
                 if gc_was_enabled:
                     gc.enable()
+            tracker.clock.close()
             return {"rank": rank, "result": portable(result), "ledger": tracker.ledger.to_dict(),
                     "events": [e.to_dict() for e in tracker.clock.events], "flops": tracker.flops,
                     "tampering": tampering(task, tracker), "run_s": time.perf_counter() - started}

@@ -209,4 +209,42 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "the flat copy being reduce-scattered: +65,536 bytes at rank 0's peak, measured, the same makespan. "
                "p10's rules budget the weights (the gathered buffers, and everything the forward holds), not the "
                "backward's gradient buffers: no stated rule forbids it"),
+    Equivalent("p15", "swap-statements",
+               "theirs = load_balanced_chunks((rank - step) % world, world)  # the chunks of the block I hold",
+               "if step < world - 1:  # the next block arrives while I compute with this one",
+               "which chunks the block holds is a pure function of the step, not of the exchange: reading it before "
+               "or after posting the messages is the same"),
+    Equivalent("p15", "swap-statements", "theirs = load_balanced_chunks((rank - step) % world, world)",
+               "if step < world - 1:", "the same in backward: the block's chunks do not depend on the exchange"),
+    Equivalent("p15", "swap-statements", "if step < world - 1:",
+               "dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # this block's gradient from my queries",
+               "zeroing this step's dk and dv before posting the exchange or after it: independent, the same values, "
+               "bytes and times (measured: the same peak and makespan)", occurrence=2),
+    Equivalent("p15", "swap-statements", "if step == 0:", "if step < world - 1:",
+               "waiting for the next K/V block (long arrived: it travelled while the tiles were computed) before "
+               "sending this block's dK/dV on instead of after: the same values and bytes, the same makespan and "
+               "peak (measured)"),
+    Equivalent("p15", "swap-statements",
+               "leaving = [dist.isend(dk, right), dist.isend(dv, right)]  # on; after the last step, home",
+               "arriving_grad = (torch.empty_like(k), torch.empty_like(v))",
+               "allocating the next receive buffer before sending dK/dV on instead of after: empty_like makes no "
+               "kernel and the send reads dk and dv only; the same values, bytes, peak and makespan (measured)"),
+    *(Equivalent("p15", "in-place", f"d{x} += arriving_grad[{i}]", f"d{x} = d{x} + arriving_grad[{i}]",
+                 f"d{x} is this step's fresh buffer, then only sent on: adding into a new tensor instead of into it "
+                 f"sends the same sum (no view of it is used afterwards); the same peak and makespan (measured)")
+      for i, x in enumerate("kv")),
+    *(Equivalent("p15", "drop-free", line, "",
+                 "on the simulator a handle lets go of its buffer once waited for, so dropping the finished handles "
+                 "frees nothing sooner there; the line is for gloo, whose handles keep their buffers (it keeps the "
+                 "two backends' ledgers the same, tests/test_real_backend.py)")
+      for line in ("grad_works = None  # a finished handle may still hold its buffer (gloo's do): let them go",
+                   "del grad_works, leaving")),
+    Equivalent("p15", "swap-args", "total = torch.logaddexp(lse, tile_lse)", "total = torch.logaddexp(tile_lse, lse)",
+               "logaddexp is symmetric in its arguments"),
+    Equivalent("p15", "swap-args", "return t.view(b, s, n_heads, d // n_heads).transpose(1, 2).contiguous()",
+               "return t.view(b, s, n_heads, d // n_heads).transpose(2, 1).contiguous()",
+               "transpose(1, 2) and transpose(2, 1) swap the same two dimensions"),
+    Equivalent("p15", "swap-args", "return out.transpose(1, 2).reshape(b, s, d) @ wo",
+               "return out.transpose(2, 1).reshape(b, s, d) @ wo",
+               "transpose(1, 2) and transpose(2, 1) swap the same two dimensions"),
 )

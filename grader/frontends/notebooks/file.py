@@ -141,6 +141,11 @@ precision and its 16 bytes per parameter (puzzle 9, after ZeRO's accounting in p
 parallel with prefetching (puzzle 10: ZeRO and overlap, puzzles 7 and 8, at once), data x pipeline x tensor
 parallelism on sub-groups of ranks (puzzle 11: puzzles 3, 4 and 6 at once), and mixture-of-experts with
 all-to-all (puzzle 12). Same rules as Part I: real tensors, a memory ledger and a clock."""),
+    Part("part-3", 13, 19, """# Part III: long sequences and the collectives underneath (puzzles 13 onwards)
+
+What training runs in 2026 add: the collectives written from point-to-point messages, the activations sharded
+along the sequence, and attention over a sequence no single rank holds (context parallelism: ring attention).
+Same rules as before: real tensors, a memory ledger and a clock."""),
 )
 
 
