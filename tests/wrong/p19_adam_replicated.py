@@ -6,7 +6,7 @@ import torch
 
 MISTAKE = "Adam's state replicated over the data-parallel pair (plain data parallel), not sharded (ZeRO-2)"
 EXPECTED_FAILURES = {"optimizer state"}
-DIAGNOSIS = "m and v for every parameter of the rank (replicated Adam)"
+DIAGNOSIS = "Adam is replicated over the data-parallel pair"
 
 
 class ClippedShardedAdam:
