@@ -50,9 +50,9 @@ class _SumOverPair(torch.autograd.Function):
         if ctx.pair is None:
             return grad, None, None, None
         dist, group = ctx.pair
-        total = grad.contiguous().clone()
-        dist.all_reduce(total, group=group)
-        return total, None, None, None
+        whole = grad.contiguous().clone()  # each rank's partial input gradient, summed over the pair
+        dist.all_reduce(whole, group=group)
+        return whole, None, None, None
 
 
 def pair_forward(dist, group, x: torch.Tensor, params: list) -> torch.Tensor:
