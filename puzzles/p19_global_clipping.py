@@ -1,4 +1,4 @@
-# Generated from solutions/p19_global_clipping.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest d5fa00a8b349)
+# Generated from solutions/p19_global_clipping.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest bc1b835aeb0c)
 """Puzzle 19 — Numerics under sharding: global gradient clipping and non-finite steps.
 
 The task: write `ClippedShardedAdam`, puzzle 8's ZeRO-2 Adam for a model split across a tensor-parallel pair, with
@@ -11,7 +11,8 @@ parameters per rank, its shard Ψ_r/D = 4,160):
   - global norm: what step() returns, on every rank, equals the serial clip_grad_norm_'s return value (the norm
     before clipping; measured at your own weights before the step), and is not finite at a faulty step.
   - skipped steps: at steps 3 and 5, and at step 1 of a second run, no rank changes its weights or anything its
-    optimizer keeps (m, v, a master copy; Adam's step count is not counted either).
+    optimizer keeps (m, v, a master copy). Nor does a skipped step count in Adam's t: the weights after step 4
+    show it.
   - communication: the bytes your optimizer sends, at most k·2(D-1)/D·8·Ψ_r + 1 KiB = 7 x 66,560 + 1,024 = 466,944
     (k = 7 steps in all, each a reduce-scatter of the gradients and an all-gather of the weights: the norm and
     the skip cost only a few scalars on top). The harness's own all-reduces (the model's forward) do not count.
@@ -50,8 +51,9 @@ averaged gradient of its shard; ‖g‖² is the sum of every rank's squares, ea
              all_reduce(s_r) over the pair, then over the data-parallel group (or once over all 4 ranks)
              ‖g‖ = sqrt(Σ s_r), the same number on every rank: clip, Adam on the shard, all-gather
 
-(Megatron's clip_grads counts a replicated parameter on tensor-parallel rank 0 only; the division by T does the
-same with no rank treated apart.) One number per rank goes over the network, not a gradient: a rank's norm of its
+(Megatron's clip_grads counts a replicated parameter on tensor-parallel rank 0 only, and finds an inf or a NaN by a
+test of its own over every gradient, a flag all-reduced over every rank; dividing by T counts it once too, and lets
+either copy's inf or NaN into the norm.) One number per rank goes over the network, not a gradient: a rank's norm of its
 own shard alone (a local norm) clips every rank by a different factor, and counting the replicated parameters once
 per copy makes the norm too large (here by about 1%: enough to change every clipped step).
 
@@ -59,7 +61,8 @@ Non-finite steps. An inf or a NaN anywhere makes ‖g‖² inf or NaN, and the a
 the all-reduced norm is also the test. When it is not finite, every rank skips: no clipping, no update, no
 all-gather, Adam's step count unchanged (as GradScaler skips optimizer.step()), and returns the norm it found. A
 rank that decides from its own shard alone skips while the others step: their weights part, and a rank that
-returns before a collective the others are in leaves them waiting (the simulator reports the deadlock).
+returns before a collective the others are in leaves them waiting (on a cluster the job hangs; the simulator stops
+the run and says which rank went ahead).
 
 The faults (how the grader injects them): after backward and before step(), the harness writes a value into one
 entry of one rank's gradient:
@@ -97,7 +100,7 @@ eps = 1e-8, max_norm = 100.
 
 The simulated machine (for the timeline; no time budget): the puzzles' GPU (README, "The clock") and puzzle 8's
 network, alpha = 8 ticks per ring step, 512 bytes per tick: the reduce-scatter or all-gather of 66,560 bytes over a
-pair costs 8 + 65 = 73 ticks, a scalar's all-reduce 2 x 8 + 0 = 16 ticks (its latency is all it costs).
+pair costs 8 + 65 = 73 ticks, a scalar's all-reduce 2 x 8 + 1 = 17 ticks (its latency is nearly all it costs).
 
 Checks, in detail:
   - weights: rank r's parameters after each step against its slices of the serial parameters after that step

@@ -1,6 +1,7 @@
 """What p19's harness does on each rank around the learner's optimizer: the process groups of the layout, the
 model's forward and backward with the tensor-parallel pair's two all-reduces (the grader's, not the learner's:
-the puzzle is the step after them), the faults written into a gradient, and the records the checks read.
+the puzzle is the step after them), the faults written into a gradient, and the records the checks read (`steps`:
+one run of the optimizer, step by step).
 
 Runs on the rank, inside the grader's program, on both backends. The records (the weights after each step) are
 cloned with the dispatch modes off: they are the grader's own, off the rank's ledger and clock, so that the
@@ -13,9 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
-from puzzles.model import rms_norm
+from puzzles.model import loss_fn, rms_norm
 
-from .clipping_layout import D, L, PARAM_NAMES, PARTS, T, Fault
+from ..core import probe
+from .clipping_layout import D, L, PARAM_NAMES, PARTS, T, Fault, skipped_steps
+from .optimizer_state import changes, snapshot, state_tensors
 
 
 def make_groups(dist):
@@ -88,3 +91,37 @@ def as_number(value):
         return float(value)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def steps(dist, opt, params, xs, targets, faults, tp_group, before) -> dict:
+    """Forward, backward, the faults of this rank, step() and what the checks read, one batch a step. `before`:
+    the bytes held before the optimizer was made (None: the state is not measured)."""
+    rank = dist.get_rank()
+    named = dict(zip(PARAM_NAMES, params))
+    skipped = skipped_steps(faults)
+    out = {"weights": [], "norms": [], "skips": {}, "state_per_step": []}
+    for step, (x, target) in enumerate(zip(xs, targets), 1):
+        loss = loss_fn(pair_forward(dist, tp_group, x, params), target)
+        loss.backward()
+        del loss
+        for fault in faults:
+            if fault.step == step and fault.rank == rank:
+                inject(params, fault)
+        taken = snapshot(opt, named) if step in skipped else None
+        out["norms"].append(as_number(opt.step()))
+        for p in params:
+            p.grad = None
+        if taken is not None:
+            out["skips"][step] = changes(taken, opt, named)
+            del taken
+        if before is not None:
+            out["state_per_step"].append(probe.memory_now() - before)
+        out["weights"].append(record(params))
+    return out
+
+
+def kept_state(opt, params) -> list[tuple[str, int, str]]:
+    """(path, elements, dtype) of every tensor the optimizer keeps, the parameters themselves left out."""
+    theirs = {p.untyped_storage().data_ptr() for p in params}
+    return [(path, t.numel(), str(t.dtype).replace("torch.", "")) for path, t in state_tensors(opt)
+            if t.untyped_storage().data_ptr() not in theirs]

@@ -41,6 +41,8 @@ PSI = L * (2 * DIM * H + 2 * DIM)  # the serial model's parameters
 PSI_RANK = L * (2 * DIM * HS + 2 * DIM)  # one rank's: its slices of w1, w2 and the whole norm and bias
 SHARD = PSI_RANK // D  # the elements of one rank's ZeRO shard (here: exactly one block's)
 PSI_REPLICATED = L * 2 * DIM
+REDUCTION = 2 * (D - 1) * F64 * PSI_RANK // D  # per step: a reduce-scatter of the gradients and an all-gather
+TOL = 1e-8  # float64: a right answer is within 1e-12 or so
 
 
 def coords(rank: int) -> tuple[int, int]:
@@ -51,11 +53,6 @@ def coords(rank: int) -> tuple[int, int]:
 def tp_ranks(rank: int) -> list[int]:
     dp, _ = coords(rank)
     return [T * dp + t for t in range(T)]
-
-
-def dp_ranks(rank: int) -> list[int]:
-    _, tp = coords(rank)
-    return [tp + T * k for k in range(D)]
 
 
 def rows(dp: int) -> slice:
@@ -138,11 +135,17 @@ class Fault:
 FAULTS = (Fault(3, 1, "layers[1].w1", (0, 0), float("nan")), Fault(5, 3, "layers[0].bias", (0,), float("inf")))
 # The second run, on a fresh optimizer: batches 1 and 2, a NaN at its step 1 on rank 2 (in its own shard).
 PROBE_STEPS = 2
+STEPS_IN_ALL = K_STEPS + PROBE_STEPS  # step() calls in all, both runs
 PROBE_FAULTS = (Fault(1, 2, "layers[1].w2", (0, 0), float("nan")),)
 
 
 def skipped_steps(faults) -> set[int]:
     return {f.step for f in faults}
+
+
+def run_of(out: dict, run: str) -> dict:
+    """One rank's record of the main run ("main") or of the second run ("probe")."""
+    return out if run == "main" else (out.get("probe") or {})
 
 
 def make_inputs(seed: int) -> dict:
