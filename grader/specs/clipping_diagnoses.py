@@ -25,24 +25,60 @@ REPLAYED = (
 )
 
 
+def weights_before(res, inputs, run, step, rank):
+    """What `rank` held before `step` of `run` (a list in PARAM_NAMES order), or None when it was not recorded."""
+    if step == 1:
+        return lay.rank_params(inputs["params"], rank)
+    w = pairs_of(run_of(res[rank], run).get("weights"))
+    return w[step - 2] if step - 2 < len(w) else None
+
+
+def replicas_agree(res, inputs, run, step) -> bool:
+    """Whether, before `step`, every rank held the same weights as the other replica's rank of its slice: only then
+    is there one model whose gradient's norm the ranks should report."""
+    for r in range(N):
+        mine, theirs = weights_before(res, inputs, run, step, r), weights_before(res, inputs, run, step, (r + T) % N)
+        if mine is None or theirs is None or len(mine) != len(theirs) or any(
+                not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape
+                or not torch.allclose(a, b, rtol=0, atol=TOL * max(1.0, b.abs().max().item()))
+                for a, b in zip(mine, theirs)):
+            return False
+    return True
+
+
 def forced_gradient(res, inputs, run, step, rank, batches):
     """The serial gradient of `step` at the weights the answer's tensor-parallel pair of `rank` held before it (the
     replicated ones `rank`'s own), or None when they are not finite."""
-    def before(r):
-        if step == 1:
-            return lay.rank_params(inputs["params"], r)
-        out = run_of(res[r], run)
-        w = pairs_of(out.get("weights"))
-        return w[step - 2] if step - 2 < len(w) else None
-
-    pair = [before(r) for r in lay.tp_ranks(rank)]
-    own = before(rank)
+    pair = [weights_before(res, inputs, run, step, r) for r in lay.tp_ranks(rank)]
+    own = weights_before(res, inputs, run, step, rank)
     if any(p is None or len(p) != len(PARAM_NAMES) for p in pair + [own]):
         return None
     params = lay.assemble(pair, own)
     if not all(torch.isfinite(t).all() for t in params.values()):
         return None
     return lay.gradient(params, batches[step - 1])
+
+
+def never_gathered(res, inputs, step, expected) -> bool:
+    """Whether, at `step`, every rank updated its own shard (its block's parameters match the reference) and left
+    the other replica's half as it was before the step: the updated shards were never all-gathered."""
+    per_block = len(PARAM_NAMES) // lay.L
+    for r in range(N):
+        dp, _ = lay.coords(r)
+        after = pairs_of(res[r].get("weights"))
+        after = after[step - 1] if step - 1 < len(after) else None
+        before = weights_before(res, inputs, "main", step, r)
+        if after is None or before is None:
+            return False
+        for i, name in enumerate(PARAM_NAMES):
+            mine = i // per_block == dp
+            want = lay.rank_slice(name, expected[name], r) if mine else before[i]
+            if not isinstance(after[i], torch.Tensor) or after[i].shape != want.shape or \
+                    not torch.allclose(after[i], want, rtol=0, atol=TOL * max(1.0, want.abs().max().item())):
+                return False
+            if not mine and torch.equal(before[i], lay.rank_slice(name, expected[name], r)):
+                return False  # nothing told: the weight did not change in the reference either
+    return True
 
 
 def diagnose_norm(got, grads, rank, want) -> str:

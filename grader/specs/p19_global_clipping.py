@@ -28,7 +28,7 @@ from ..core.rules import BOOKKEEPING_BYTES, communication_check
 from ..core.spec import Observation, PuzzleSpec
 from . import clipping_layout as lay
 from .clipping_diagnoses import (REPLAYED, diagnose_communication, diagnose_finite_norm, diagnose_norm, diagnose_skip,
-                                 diagnose_state, forced_gradient, pairs_of)
+                                 diagnose_state, forced_gradient, never_gathered, pairs_of, replicas_agree)
 from .clipping_harness import kept_state, make_groups, steps
 from .clipping_layout import (F64, FAULTS, K_STEPS, N, PARAM_NAMES, PROBE_FAULTS, PSI_RANK, REDUCTION, SHARD,
                               STEPS_IN_ALL, TOL, run_of)
@@ -106,9 +106,9 @@ class GlobalClipping(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         res = [r if isinstance(r, dict) else {} for r in obs.results]
         budgets = self.budgets(inputs)
-        norms = self.check_norms(res, inputs)
+        norms, norm_step = self.check_norms(res, inputs)
         skips = self.check_skips(res)
-        weights = self.check_weights(res, ref, inputs, norms, skips)
+        weights = self.check_weights(res, ref, inputs, norm_step, skips)
         learner = Observation(obs.results, obs.peak_bytes, obs.ledgers,
                               [e for e in obs.events if not str(e.get("site", "")).startswith("[harness]")],
                               obs.makespan, obs.warnings, obs.backend)
@@ -116,7 +116,7 @@ class GlobalClipping(PuzzleSpec):
                 communication_check(learner, budgets["communication"], diagnose=diagnose_communication),
                 self.check_state(res, budgets["optimizer state"])]
 
-    def check_weights(self, res, ref, inputs, norms: Check, skips: Check) -> Check:
+    def check_weights(self, res, ref, inputs, norm_step, skips: Check) -> Check:
         name = "weights after each step"
         expected = ref["main"]["weights"]
         for step in range(1, K_STEPS + 1):
@@ -136,19 +136,24 @@ class GlobalClipping(PuzzleSpec):
                 message = (f"the weights after step {step} of {K_STEPS} differ from clip_grad_norm_ and Adam on the "
                            f"serial model ({before}{len(bad)} tensors off, float64, tolerance 1e-8 x max(1, largest "
                            f"|expected|)). First: {bad[0][1]} {bad[0][2]}." + (f" Also off: {also}." if also else ""))
-                diagnosis = safe_diagnosis(self.diagnose_weights, res, inputs, step, bad, norms, skips)
+                diagnosis = safe_diagnosis(self.diagnose_weights, res, inputs, step, bad, norm_step, skips,
+                                           expected[step - 1])
                 return Check(name, False, message, diagnosis=diagnosis)
         skipped = " and ".join(str(s) for s in sorted(lay.skipped_steps(FAULTS)))
         return Check(name, True, f"every rank's weights after each of the {K_STEPS} steps match clip_grad_norm_ and "
                                  f"torch.optim.Adam on the serial model (float64, tolerance 1e-8 x max(1, largest "
                                  f"|expected|)), steps {skipped} skipped")
 
-    def diagnose_weights(self, res, inputs, step, bad, norms: Check, skips: Check) -> str:
+    def diagnose_weights(self, res, inputs, step, bad, norm_step, skips: Check, expected) -> str:
         if step in lay.skipped_steps(FAULTS) and not skips.passed:
             return "follows from the faulty step (see the skipped steps check)"
-        if not norms.passed:
+        if norm_step is not None and norm_step <= step:
             return ("follows from the norm (see the global norm check): the clipping coefficient max_norm / (norm + "
                     "1e-6) is computed from it")
+        if never_gathered(res, inputs, step, expected):
+            return (f"every rank updated its own shard at step {step} and holds the other replica's half as it was "
+                    f"before the step: the updated shards were never all-gathered into the parameters "
+                    f"(all_gather_into_tensor over dp_group, then copy into every parameter)")
         ranks = sorted({r for r, _, _ in bad})
         if len(ranks) < N:
             return (f"only rank(s) {', '.join(map(str, ranks))} are off: the ranks went apart at step {step}. Every "
@@ -161,12 +166,18 @@ class GlobalClipping(PuzzleSpec):
                 return text
         return ""
 
-    def check_norms(self, res, inputs) -> Check:
+    def check_norms(self, res, inputs) -> tuple[Check, int | None]:
+        """The check, and the step of the main run where it first failed (None: it did not fail there). A step is
+        judged only while the two replicas held the same weights before it (else there is no one model whose norm
+        the ranks should report: the weights check says why)."""
         name = "global norm"
         for run, faults, batches in (("main", FAULTS, inputs["batches"]),
                                      ("probe", PROBE_FAULTS, lay.probe_batches(inputs["batches"]))):
             skipped = lay.skipped_steps(faults)
+            at = (lambda step, run=run: step if run == "main" else None)
             for step in range(1, len(batches) + 1):
+                if not replicas_agree(res, inputs, run, step):
+                    break
                 for r in range(N):
                     out = run_of(res[r], run)
                     norms = out.get("norms") or []
@@ -181,7 +192,7 @@ class GlobalClipping(PuzzleSpec):
                                      f"{fault.describe().rsplit(' at', 1)[0]}: the global norm adds every rank's "
                                      f"squares, so it is not finite on any rank there (report the norm you found: "
                                      f"clip_grad_norm_ returns it)",
-                                     diagnosis=safe_diagnosis(diagnose_finite_norm, res, run, step, r))
+                                     diagnosis=safe_diagnosis(diagnose_finite_norm, res, run, step, r)), at(step)
                     grads = forced_gradient(res, inputs, run, step, r, batches)
                     if grads is None:
                         continue  # the weights before this step are not finite: the weights check says so
@@ -191,11 +202,11 @@ class GlobalClipping(PuzzleSpec):
                     return Check(name, False, f"rank {r} reported the norm {_shown(got)} {where}; the serial "
                                  f"clip_grad_norm_ at this rank's own weights gives {want:.10g} (the norm of the whole "
                                  f"model's gradient, before clipping; tolerance 1e-8 x max(1, norm))",
-                                 diagnosis=safe_diagnosis(diagnose_norm, got, grads, r, want))
+                                 diagnosis=safe_diagnosis(diagnose_norm, got, grads, r, want)), at(step)
         return Check(name, True, f"every rank reported clip_grad_norm_'s norm at every step (the serial norm at its "
                                  f"own weights, tolerance 1e-8 relative), and a norm that is not finite at each faulty "
                                  f"step (steps {', '.join(str(f.step) for f in FAULTS)}, and step "
-                                 f"{PROBE_FAULTS[0].step} of the second run)")
+                                 f"{PROBE_FAULTS[0].step} of the second run)"), None
 
     def check_skips(self, res) -> Check:
         name = "skipped steps"
@@ -206,8 +217,7 @@ class GlobalClipping(PuzzleSpec):
                 if not changed and all(c is not None for c in found):
                     continue
                 where = f"step {fault.step}" + ("" if run == "main" else " of the second run (a fresh optimizer)")
-                shown = "; ".join(f"rank {r}: " + ", ".join(f"{c['path']} ({c['changed']:,} of {c['numel']:,} "
-                                                             f"entries)" for c in cs[:2]) for r, cs in changed.items())
+                shown = "; ".join(f"rank {r} {_what_changed(cs)}" for r, cs in changed.items())
                 kept = [r for r in range(N) if r not in changed]
                 message = (f"at {where} the harness wrote {fault.describe().rsplit(' at', 1)[0]}, and every rank "
                            f"must skip the step alike; but {len(changed)} of {N} ranks changed what a skipped step "
@@ -229,6 +239,20 @@ class GlobalClipping(PuzzleSpec):
                    f"{budget.describe()}. Per rank: {', '.join(f'{s:,}' for s in states)}")
         return Check("optimizer state", ok, message, measured=held, budget=budget,
                      diagnosis="" if ok else safe_diagnosis(diagnose_state, worst, held, res[worst].get("kept")))
+
+
+def _what_changed(changes: list) -> str:
+    """'its optimizer's opt.m (4,160 of 4,160 entries), opt.v (...) and 8 of its 8 parameters (layers[0].norm, ...)'."""
+    own = [c for c in changes if not c["path"].startswith("layers[")]
+    params = [c for c in changes if c["path"].startswith("layers[")]
+    parts = []
+    if own:
+        parts.append("its optimizer's " + ", ".join(f"{c['path']} ({c['changed']:,} of {c['numel']:,} entries)"
+                                                      for c in own[:2]) + (", ..." if len(own) > 2 else ""))
+    if params:
+        parts.append(f"{len(params)} of its {len(PARAM_NAMES)} parameters ("
+                     + ", ".join(c["path"] for c in params[:2]) + (", ..." if len(params) > 2 else "") + ")")
+    return "changed " + " and ".join(parts)
 
 
 def _slice_text(name: str, rank: int) -> str:
