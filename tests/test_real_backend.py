@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from real_backend_helpers import rank_dies, rank_raises, ranks_mismatch
+from real_backend_helpers import rank_dies, rank_raises, ranks_mismatch, receive_then_add
 
 from grader.backends import real
 from grader.backends.learner_code import load_module
@@ -105,6 +105,18 @@ def test_every_reference_passes_on_gloo(references):
     for spec, result, *_ in references:
         assert result.status == PASS, f"{spec.id} on gloo: " + "; ".join(
             f"{c.name}: {c.message}" for c in result.failed_checks()) + result.error
+
+
+def test_the_clock_charges_the_learners_ops_on_received_buffers_and_not_gloos_delivery_copies():
+    # An irecv's buffer is written by gloo's own thread, not by a copy_ in wait(): the first in-place op on it is
+    # the learner's and is charged (p15's dq.add_ went uncharged on gloo when a received buffer's storage address
+    # was reused). A reduce_scatter_tensor's output is delivered by a copy_ inside wait(): not charged.
+    outcome = real.run(receive_then_add, 2)
+    assert outcome.ok, outcome.error
+    obs = real.observation(outcome.payloads)
+    ops = [[e["op"] for e in obs.events_of(r, "compute")] for r in range(2)]
+    assert ops[1].count("add_") == 1, f"rank 1's compute events: {ops[1]}"
+    assert "copy_" not in ops[0] + ops[1], f"compute events: {ops}"
 
 
 def test_references_tell_the_same_story_on_the_simulator_and_on_gloo(references):

@@ -17,6 +17,7 @@ from ..core.spec import Observation, PuzzleSpec
 from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_exception, learner_source,
                            load_module_for_rank, load_puzzle, made_from_notebook, namespace_copy_for_rank,
                            not_implemented_result)
+from .process_state import thread_hooks_changed
 from .tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 
 
@@ -58,9 +59,25 @@ def rank_programs(spec: PuzzleSpec, module):
             check_entries(spec, mine)
         else:
             mine = namespace_copy_for_rank(module, spec.entries)
-        return spec.program(mine)
+        _no_hooks(rank)
+        program = spec.program(mine)
+
+        def run(*args):
+            out = program(*args)
+            _no_hooks(rank)  # (the spec's own code ran after the learner's, in this thread)
+            return out
+
+        return run
 
     return make
+
+
+def _no_hooks(rank: int) -> None:
+    """A rank's thread runs the simulator's and the spec's code too: a profile or trace hook its code installed
+    there would see (and could rewrite) what they measure. Cleared, and the run is tampered."""
+    found = thread_hooks_changed()
+    if found:
+        raise Tampered(f"rank {rank}: " + "; ".join(found))
 
 
 def _run(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | PuzzleResult:
@@ -103,6 +120,7 @@ def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan
     with spec.run_context():
         before = _fingerprint()
         module = _load(spec, path)
+        before.unhook()  # a hook the import installed would watch the grader's every call from here on
         if isinstance(module, PuzzleResult):
             return _untampered(spec, before, module)
         return _untampered(spec, before, _run(spec, module, inputs, seed))

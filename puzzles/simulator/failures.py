@@ -35,7 +35,7 @@ class _Failures:
         """The rank state of the thread calling `what` on `owner`'s dist or handle, which must be `owner`'s own
         thread. Once the run has stopped, every call in a rank's thread unwinds it (a loop that catches the
         first stop meets another at its next call)."""
-        me = self._thread_ranks.get(threading.get_ident())
+        me = self._thread_ranks.get(threading.get_ident())  # (a rank's thread leaves it as it ends)
         if me is owner:
             if self.aborted:
                 raise _Abort

@@ -54,10 +54,11 @@ def colab_url(notebook: str = NOTEBOOK) -> str:
 
 INTRO = """# Training Puzzles
 
-Twelve puzzles about how large models are trained on many GPUs, in two parts. Part I (puzzles 1 to 8):
+Puzzles about how large models are trained on many GPUs, in three parts. Part I (puzzles 1 to 8):
 activation checkpointing, activation sharding, data parallel, tensor parallel, pipeline parallel (GPipe and
 1F1B), overlapping communication with compute, and ZeRO. Part II (puzzles 9 to 12): mixed precision with loss
-scaling, ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. The "GPUs" are simulated ranks in
+scaling, ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. Part III (puzzles 13 on): what
+training runs do today, on the transformer block. The "GPUs" are simulated ranks in
 this one process, but the tensors are real: every answer is checked for its values, its gradients, its memory
 and, where the puzzle is about time, its schedule.
 
