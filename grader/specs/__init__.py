@@ -26,6 +26,12 @@
     ring_attention_checks.py             p15's checks of compute, balance, bytes per phase and exposed messages,
                                          and the wrong values named; ring_attention_memory.py its memory rules
     received_blocks.py                   p15: the watch that notes, at each message, the other ranks' data alive
+    clipping_layout.py                   p19's sizes, layout, faults and the serial truth (clip_grad_norm_ and
+                                         torch.optim.Adam), the mistakes of the update and of the norm replayed
+    clipping_harness.py                  p19's harness on the rank: the groups, the pair's forward, the faults,
+                                         the steps and what they record
+    clipping_diagnoses.py                p19's likely causes: a wrong norm by value, a wrong update by replay, a
+                                         step not skipped alike by who changed what
 
 A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
 (an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.

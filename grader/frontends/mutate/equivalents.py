@@ -325,4 +325,38 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("p15", "swap-args", "return out.transpose(1, 2).reshape(b, s, d) @ wo",
                "return out.transpose(2, 1).reshape(b, s, d) @ wo",
                "transpose(1, 2) and transpose(2, 1) swap the same two dimensions"),
+    *(Equivalent("p19", "off-by-one", "start, end = max(offset, lo), min(offset + p.numel(), lo + self.shard)", after,
+                 "a slice of the shard clamps at its ends: the range one element wider on the outside selects the "
+                 "same elements (g[-1:0] is empty, g[a:shard + 1] is g[a:shard]), so the same squares are added")
+      for after in ("start, end = (max(offset, lo - 1), min(offset + p.numel(), lo + self.shard))",
+                    "start, end = (max(offset, lo), min(offset + p.numel(), lo + self.shard + 1))")),
+    Equivalent("p19", "off-by-one", "if start < end:", "if start <= end:",
+               "a parameter that meets the shard at one point only adds an empty range: a sum of nothing, 0"),
+    Equivalent("p19", "swap-statements",
+               "dist.all_reduce(squares, group=self.tp_group)  # the pair's slices (and its replicated copies, halved)",
+               "dist.all_reduce(squares, group=self.dp_group)  # the other replica's half of the parameters",
+               "the sum over the data-parallel pair and then the tensor-parallel pair is the sum over the same four "
+               "ranks in another order: the same norm to the last bits or so (1e-16 relative), the same bytes"),
+    Equivalent("p19", "swap-statements", "dist.all_gather_into_tensor(flat, self.master, group=self.dp_group)",
+               "offset = 0", "offset is first read after the gather: the two statements are independent"),
+    Equivalent("p19", "drop-grad-mode", "with torch.no_grad():", "",
+               "without no_grad the master shard records a graph (cat, slice, clone) that saves no tensor; its "
+               "values are the same and every later update runs under no_grad (as p8's)", occurrence=1),
+    *(Equivalent("p19", "in-place", line, after,
+                 "the name is bound to a new tensor with the same values and the old one is freed at once: a "
+                 "transient of one shard (or one number), between steps nothing more is kept")
+      for line, after in (("g /= self.dp_size", "g = g / self.dp_size"),
+                          ("squares += g[start:end].square().sum() * weight",
+                           "squares = squares + g[start:end].square().sum() * weight"),
+                          ("g *= torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)",
+                           "g = g * torch.clamp(self.max_norm / (norm + 1e-06), max=1.0)"))),
+    *(Equivalent("p19", "in-place", "denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)", after,
+                 "denom is a temporary either way; the out-of-place op makes one more shard-sized temporary, freed "
+                 "by the next op (as p8's)")
+      for after in ("denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add(self.eps)",
+                    "denom = (self.v / (1 - beta2 ** self.t)).sqrt().add_(self.eps)")),
+    Equivalent("p19", "drop-free", "del flat_grad", "",
+               "the flat gradient then lives until step() returns instead of until the reduce-scatter is done "
+               "(+8·Ψ_r: the peak during the update, which p19 does not budget), and is freed when step() returns, "
+               "as the text asks; the optimizer state kept between steps is unchanged"),
 )
