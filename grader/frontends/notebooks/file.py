@@ -57,10 +57,11 @@ INTRO = """# Training Puzzles
 Puzzles about how large models are trained on many GPUs, in three parts. Part I (puzzles 1 to 8): activation
 checkpointing, activation sharding, data parallel, tensor parallel, pipeline parallel (GPipe and 1F1B),
 overlapping communication with compute, and ZeRO. Part II (puzzles 9 to 12): mixed precision with loss scaling,
-ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. Part III (puzzles 13 to 19): what the
-largest runs add, recovery from a failure among it. The "GPUs" are simulated ranks in this one process, but the
-tensors are real: every answer is checked for its values, its gradients, its memory and, where the puzzle is
-about time, its schedule.
+ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. Part III (puzzles 13 to 19), on the
+transformer block: collectives from send and recv, sequence and context parallelism, interleaved and zero-bubble
+pipelines, recovery from a failure, and gradient clipping under sharding. The "GPUs" are simulated ranks in this
+one process, but the tensors are real: every answer is checked for its values, its gradients, its memory and,
+where the puzzle is about time, its schedule.
 
 How to play: run the next code cell first. Then, for each puzzle, read its story, write your answer in the code
 cell under it (replace each `raise NotImplementedError`), run that cell, then run the check cell below it. Each
