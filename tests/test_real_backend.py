@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 from real_backend_helpers import rank_dies, rank_raises, ranks_mismatch, receive_then_add
 
