@@ -244,7 +244,7 @@ class ZeroBubble(PipelineSpec):
                 return 0
             if fewest:
                 return min(M, max(k, sum(1 for s in passed_on if s <= t)))
-            return min(M, sum(1 for a in arrived if a <= t))
+            return min(M, sum(1 for a in arrived if a < t))  # a forward takes ticks after its input arrives
 
         total = sum(e["flops"] for e in compute) - (0 if autograd else M * f)
         w = max(0, (total - M * b) // M)
@@ -281,9 +281,10 @@ class ZeroBubble(PipelineSpec):
                 r, k, done, allowed, _ = unsure[0]
                 return Check("B before W", True, f"not judged: rank {r} computed its backward outside autograd "
                              f"and received activations before it ran their forwards, so what it ran before its input "
-                             f"gradient number {k} left, forwards or weight gradients, cannot be told apart (if those "
-                             f"were forwards, {done - allowed:,} FLOPs more backward than {k} B's and {k - 1} W's "
-                             f"allow). Could not tell whether the input gradients waited for weight gradients",
+                             f"gradient number {k} left cannot be told apart, forwards or weight gradients: counting "
+                             f"only the forwards it must have run, {done - allowed:,} FLOPs more backward than {k} "
+                             f"B's and {k - 1} W's allow; counting every activation that had arrived as run, within. "
+                             f"Could not tell whether the input gradients waited for weight gradients",
                              measured=0, budget=budget)
             return Check("B before W", True, "every input gradient ranks 1 to p-1 sent left before its microbatch's "
                          "weight gradients were computed (read off the FLOPs at each send: autograd's backward, and "
