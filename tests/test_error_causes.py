@@ -1,7 +1,8 @@
 """The likely cause appended to a plain error (grader/backends/error_causes.py): named for the errors whose message
 and line single one mistake out, and for nothing else. The wrong answers in tests/wrong/ that err hold the whole
 path (p1_inference_mode_forward, p3_update_without_no_grad, p5_received_without_requires_grad,
-p8_step_count_from_zero)."""
+p8_step_count_from_zero; p19's ranks that decide apart: p19_norm_of_own_shard_diverges,
+p19_norm_over_the_pair_diverges, p19_skip_before_the_norm_all_reduce)."""
 
 import pytest
 import torch

@@ -9,6 +9,9 @@
 - ZB-H1 holds p microbatches on every rank, as 1F1B's rank 0 does: within 1F1B's rank-0 bound and the p inputs a
   later rank receives.
 - The text schedule draws the W's labelled so (record_function("W3")) as W.
+- The bubble's hint reads where the W's ran off the W's each rank held at each send (right after each B, or all
+  after the last B), and gives none it cannot read. B before W reads a backward written by hand (outside autograd)
+  off all the compute less the forwards', alike on the simulator and on gloo, and says when it cannot tell.
 """
 
 import copy
