@@ -255,11 +255,12 @@ class ZeroBubble(PipelineSpec):
     def order_violations(self, obs: Observation, fewest: bool = False) -> list[tuple[int, int, int, int, bool]]:
         """(rank, k, backward FLOPs done when it sent its k-th input gradient, the most the rule allows, whether
         autograd ran them) where a rank had computed more than k B's and k - 1 W's (its own W, read off its total:
-        (backward - m·B)/m), read off autograd's backward FLOPs and off all its FLOPs less its forwards'."""
+        (backward - m·B)/m), read off autograd's backward FLOPs and off all its FLOPs less its forwards'. `fewest`:
+        off all its FLOPs less the fewest forwards it can have run, on the ranks whose W's autograd did not run."""
         out = []
         for r in range(1, P):
             for autograd in (True, False):
-                if autograd and fewest:
+                if fewest and (autograd or self.backward_done(obs, r, True)[1] >= b_cost(r) // 2):
                     continue
                 b, w, done = self.backward_done(obs, r, autograd, fewest)
                 late = [(r, k, d, k * b + (k - 1) * w + b // 2, autograd) for k, (_, d) in enumerate(done, start=1)
@@ -279,7 +280,7 @@ class ZeroBubble(PipelineSpec):
             unsure = self.order_violations(obs, fewest=True)
             if unsure:
                 r, k, done, allowed, _ = unsure[0]
-                return Check("B before W", True, f"not judged: rank {r} computed its backward outside autograd "
+                return Check("B before W", True, f"not judged: rank {r} computed its W's outside autograd "
                              f"and received activations before it ran their forwards, so what it ran before its input "
                              f"gradient number {k} left cannot be told apart, forwards or weight gradients: counting "
                              f"only the forwards it must have run, {done - allowed:,} FLOPs more backward than {k} "
