@@ -1,7 +1,8 @@
 """The likely cause appended to a plain error (grader/backends/error_causes.py): named for the errors whose message
 and line single one mistake out, and for nothing else. The wrong answers in tests/wrong/ that err hold the whole
 path (p1_inference_mode_forward, p3_update_without_no_grad, p5_received_without_requires_grad,
-p8_step_count_from_zero)."""
+p8_step_count_from_zero; p19's ranks that decide apart: p19_norm_of_own_shard_diverges,
+p19_norm_over_the_pair_diverges, p19_skip_before_the_norm_all_reduce)."""
 
 import pytest
 import torch
@@ -107,3 +108,44 @@ def test_a_rank_already_in_the_graders_code_is_named_as_gone_ahead():
 def test_a_mismatch_inside_one_side_names_no_rank_gone_ahead(first_at, second_at):
     assert likely_cause(never_meet(first_at, second_at), "") == ""
 
+
+
+def met_apart(diff: str) -> BaseException:
+    from puzzles.simulator.types import CollectiveMismatchError
+
+    return CollectiveMismatchError(
+        f"ranks met in all_gather_into_tensor (call #5 on group[1, 3]) with different arguments: {diff}. Every rank "
+        f"of the group must make the same collective call with tensors of the same shape and dtype (torch.distributed "
+        f"would hang or silently compute garbage here).")
+
+
+BRANCHES = ("rank 1 called all_gather_into_tensor at p19_global_clipping.py:79: dist.all_gather_into_tensor(full, "
+            "self.master, group=self.dp_group), rank 3 called reduce_scatter_tensor at p19_global_clipping.py:49: "
+            "dist.reduce_scatter_tensor(g, flat, group=self.dp_group)")
+RETURNED = ("rank 1 passed tensor=float64[8, 32] (at [harness] clipping_harness.py:48: dist.all_reduce(summed, "
+            "group=group)), rank 0 passed tensor=float64[1] (at p19_global_clipping.py:60: dist.all_reduce(s, "
+            "group=self.tp_group))")
+
+
+def test_p19_ranks_at_different_calls_of_the_step_did_not_decide_alike():
+    """p19's step() decides one thing, whether to skip: two ranks at different collectives of it took different
+    branches (a norm from a rank's own shard); one already in the grader's code returned early."""
+    branches = likely_cause(met_apart(BRANCHES), "", "p19")
+    assert "ranks 1 and 3 reached different collectives" in branches
+    assert "p19_global_clipping.py:79" in branches and "did not decide the same thing" in branches
+    returned = likely_cause(met_apart(RETURNED), "", "p19")
+    assert "rank 1 returned early" in returned and "rank 0 is still in a collective of your step()" in returned
+    swapped = RETURNED.replace("rank 1 passed", "rank X passed").replace("rank 0 passed", "rank 1 passed")
+    assert "rank 0 returned early" in likely_cause(met_apart(swapped.replace("rank X", "rank 0")), "", "p19")
+
+
+@pytest.mark.parametrize("diff, puzzle", [
+    (BRANCHES, ""),  # another puzzle's code can branch for its own reasons: p19's rule is p19's
+    (BRANCHES, "p8"),
+    ("rank 1 passed tensor=float64[8] (at p19_global_clipping.py:49: dist.reduce_scatter_tensor(g, flat)), rank 3 "
+     "passed tensor=float64[9] (at p19_global_clipping.py:49: dist.reduce_scatter_tensor(g, flat))", "p19"),  # shapes
+    ("rank 1 passed tensor=float64[8] (at [harness] a.py:4: dist.all_reduce(t)), rank 3 passed tensor=float64[9] "
+     "(at [harness] a.py:4: dist.all_reduce(t))", "p19"),  # both in the grader's code
+])
+def test_p19_ranks_apart_only_when_the_error_says_so(diff, puzzle):
+    assert "did not decide the same thing" not in likely_cause(met_apart(diff), "", puzzle)

@@ -9,6 +9,9 @@
 - ZB-H1 holds p microbatches on every rank, as 1F1B's rank 0 does: within 1F1B's rank-0 bound and the p inputs a
   later rank receives.
 - The text schedule draws the W's labelled so (record_function("W3")) as W.
+- The bubble's hint reads where the W's ran off the W's each rank held at each send (right after each B, or all
+  after the last B), and gives none it cannot read. B before W reads a backward written by hand (outside autograd)
+  off all the compute less the forwards', alike on the simulator and on gloo, and says when it cannot tell.
 """
 
 import copy
@@ -93,3 +96,52 @@ def test_the_text_schedule_draws_the_labelled_w_as_w():
     text = schedule_text(result)
     rows = [line for line in text.splitlines() if "compute |" in line]
     assert len(rows) == P and all("W" in row and "B" in row and "F" in row for row in rows), text
+
+
+def check_of(path, name):
+    return next(c for c in grade_file(SPECS["p17"], path, seed=0).checks if c.name == name)
+
+
+def test_the_bubble_hint_reads_where_the_ws_ran():
+    """Deferring no W and deferring every W past the last B leave the same bubble, (p-1)·(F + B): the hint reads
+    which it was off the W's each rank held at each send, and says nothing it cannot read."""
+    after_each_b = check_of(NOT_DEFERRED, "bubble")
+    assert "each W ran right after its B" in after_each_b.diagnosis
+    for at_the_end in ("p17_every_w_after_the_last_b.py", "p17_every_w_at_the_end.py"):
+        bubble = check_of(REPO / "tests" / "wrong" / at_the_end, "bubble")
+        assert not bubble.passed and "right after its B" not in bubble.diagnosis
+        assert "every W ran after the last B" in bubble.diagnosis and "all 8 W's" in bubble.diagnosis
+
+
+def test_b_before_w_reads_a_hand_written_backward():
+    """A backward of the learner's own products runs outside autograd: its order is read off all the compute less
+    the forwards', so the weight gradients before the send are late and the right order still passes."""
+    late = check_of(REPO / "tests" / "wrong" / "p17_hand_written_weights_before_send.py", "B before W")
+    assert not late.passed and "2,102,272 FLOPs beyond its forwards" in late.message
+    assert "the backward was not split (y.backward(g)" not in late.diagnosis  # no autograd call to name
+    right = check_of(REPO / "tests" / "alternatives" / "p17_hand_written_backward.py", "B before W")
+    assert right.passed and right.message.startswith("every input gradient")
+
+
+def test_b_before_w_says_when_it_cannot_tell(tmp_path):
+    """Every activation's receive posted at once, and the first microbatch's weight gradients before its send: the
+    forwards run by then cannot be told from the weight gradients, so the check says it could not tell, not ok."""
+    source = (REPO / "tests" / "alternatives" / "p17_hand_written_backward.py").read_text()
+    edits = [("        nf = 0\n", "        nf = 0\n        inputs = [torch.empty(micro_shape, dtype=torch.float64) "
+              "for _ in range(n_micro)] if rank > 0 else []\n        arriving = [dist.irecv(a, rank - 1) for a in "
+              "inputs]\n"),
+             ("                    a = torch.empty(micro_shape, dtype=torch.float64)\n"
+              "                    dist.recv(a, rank - 1)\n",
+              "                    arriving[i].wait()\n                    a = inputs[i]\n"),
+             ("                if rank > 0:\n                    pend_grad.append(dist.isend(dx, rank - 1))\n",
+              "                if i == 0:\n                    _bwd_weights(layers, store)\n                    store = "
+              "None\n                if rank > 0:\n                    pend_grad.append(dist.isend(dx, rank - 1))\n"),
+             ("                w_q.append((i, store))\n",
+              "                if store is not None:\n                    w_q.append((i, store))\n")]
+    for old, new in edits:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    answer = tmp_path / "p17_zero_bubble.py"
+    answer.write_text(source)
+    order = check_of(answer, "B before W")
+    assert order.message.startswith("not judged: rank 1") and "Could not tell" in order.message

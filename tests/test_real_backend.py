@@ -158,6 +158,21 @@ def test_clock_checks_are_reported_as_simulator_only(references, naive):
                            "p15": ("makespan",), "p16": ("bubble",), "p17": ("bubble",)}
 
 
+def test_a_hand_written_backward_is_read_alike_on_gloo():
+    """p17's B before W reads a backward outside autograd off all the compute less the forwards, counted by the
+    inputs received before each send: real processes lay compute end to end (a receive and the send before it on
+    one tick), the simulator waits; both must say the same, for the wrong order and for the right one."""
+    answers = [(SPECS["p17"], REPO / "tests" / "wrong" / "p17_hand_written_weights_before_send.py"),
+               (SPECS["p17"], REPO / "tests" / "alternatives" / "p17_hand_written_backward.py")]
+    verdicts = []
+    for (spec, path), result in zip(answers, real.grade_files(answers, SEED)):
+        order = next(c for c in result.checks if c.name == "B before W")
+        on_sim = next(c for c in grade_file(spec, path, seed=SEED).checks if c.name == "B before W")
+        assert (order.passed, order.measured, order.message) == (on_sim.passed, on_sim.measured, on_sim.message)
+        verdicts.append(order.passed)
+    assert verdicts == [False, True]
+
+
 def test_deadlocks_are_reported_not_hung():
     wrong = REPO / "tests" / "wrong"
     tasks = [real.PuzzleTask("p3", str(wrong / "p3_deadlock_rank0_skips.py"), SEED),

@@ -16,6 +16,13 @@ came from single one out. describe_exception (learner_code.py) appends it to the
                             and the other's in the grader's ([harness]) -> that rank left the learner's function
                             without a collective the other still waits in (returned early on its own decision)
 
+Per puzzle (PUZZLE_CAUSES), where the puzzle's code gives an error one meaning:
+
+    p19: ranks apart     the simulator: two ranks met in one collective of a group, one at a collective of the
+                         learner's step() and the other at another collective (of step(), or the grader's after
+                         it) -> the ranks did not decide the same thing: a norm or non-finite check from a rank's own
+                         shard (or one group's sum), or a skip decided before the all-reduce
+
 A rule names a mistake only when nothing else makes that error on that line; otherwise nothing is added.
 """
 
@@ -29,11 +36,20 @@ ABOUT_GRADIENTS = re.compile(r"grad", re.IGNORECASE)  # a.grad, input_grads[i], 
 NEVER_MEET = re.compile(r"rank (\d+) waits in .+? at (.+?), while rank (\d+) waits in .+? at (.+?)\. The ranks of a "
                         r"group must make the same collective calls")
 BIAS_CORRECTION = re.compile(r"beta|bias|correction|\bbc\d?\b", re.IGNORECASE)
+# two ranks in one collective of a group, each with its own call: by name, or by the arguments of the same name
+MET_CALLING = re.compile(r"ranks met in \S+ \(call #\d+ on .+?\) with different arguments: rank (\d+) called (\w+) at "
+                         r"(.+?), rank (\d+) called (\w+) at (.+?)\. Every rank of the group")
+MET_PASSING = re.compile(r"rank (\d+) passed \w+=[^()]*\(at (.+?)\)(?=; |, rank |\. Every rank)")
 
 
-def likely_cause(exc: BaseException, line: str) -> str:
-    """The likely mistake behind `exc`, raised at the learner's `line` (its source text), or ''."""
+def likely_cause(exc: BaseException, line: str, puzzle: str = "") -> str:
+    """The likely mistake behind `exc`, raised at the learner's `line` (its source text) in `puzzle` (its id, if
+    known), or ''."""
     message = str(exc)
+    own = PUZZLE_CAUSES.get(puzzle)
+    cause = own(exc, message) if own is not None else ""
+    if cause:
+        return cause
     if isinstance(exc, RuntimeError) and "a leaf Variable that requires grad is being used in an in-place" in message:
         return ("a tensor that requires grad (a weight) was changed in place (w -= ..., w.copy_(...)) while "
                 "autograd records: do the update under `with torch.no_grad():`")
@@ -83,3 +99,54 @@ def _gone_ahead(message: str) -> tuple[int, int] | None:
     if harness == (True, False):
         return first, second
     return None
+
+
+def _apart(message: str) -> list[tuple[int, str]] | None:
+    """[(rank, where it called), ...] for the two ranks of a collective that met with different calls."""
+    calling = MET_CALLING.search(message)
+    if calling is not None:
+        return [(int(calling.group(1)), calling.group(3)), (int(calling.group(4)), calling.group(6))]
+    ranks = {}
+    for rank, where in MET_PASSING.findall(message):  # one pair per argument that differs
+        ranks.setdefault(int(rank), where)
+    return list(ranks.items()) if len(ranks) == 2 else None
+
+
+def _line_of(where: str) -> str:
+    """'p19_global_clipping.py:79' out of a site 'p19_global_clipping.py:79: dist.all_gather(...)'."""
+    return where.split(": ", 1)[0]
+
+
+def _p19_ranks_apart(exc: BaseException, message: str) -> str:
+    """p19: step() is the learner's only code, and its one decision is whether to skip; two ranks at different
+    calls of one group took different branches of it."""
+    if type(exc).__name__ != "CollectiveMismatchError":
+        return ""
+    gone = _gone_ahead(message)
+    sides = _apart(message) if gone is None else None
+    if sides is not None:
+        harness = [where.startswith("[harness]") for _, where in sides]
+        if harness == [False, True]:
+            gone = (sides[1][0], sides[0][0])
+        elif harness == [True, False]:
+            gone = (sides[0][0], sides[1][0])
+        elif True in harness or MET_CALLING.search(message) is None:
+            return ""  # both in the grader's code, or one call of step() with different shapes: no branch taken
+    same = ("The ranks did not decide the same thing: a norm or a non-finite check computed from a rank's own "
+            "gradient shard only (or summed over one group, not both), or a skip decided before the all-reduce. "
+            "Decide from what every rank shares: the sum of squares all-reduced over both groups, then one test of "
+            "that global norm, the same on every rank")
+    if gone is not None:
+        ahead, behind = gone
+        return (f"rank {ahead} has already left your step() (it is in the grader's own collective, after your "
+                f"function returns), while rank {behind} is still in a collective of your step(): rank {ahead} "
+                f"returned early, skipping a step rank {behind} went on with. {same}")
+    if sides is None:
+        return ""
+    (first, first_at), (second, second_at) = sides
+    return (f"ranks {first} and {second} reached different collectives of your step() (rank {first} at "
+            f"{_line_of(first_at)}, rank {second} at {_line_of(second_at)}): they took different branches of it, "
+            f"one skipping what the other ran (an update, a collective). {same}")
+
+
+PUZZLE_CAUSES = {"p19": _p19_ranks_apart}

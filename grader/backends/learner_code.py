@@ -78,9 +78,9 @@ def load_puzzle(spec: PuzzleSpec, path: Path):
         return PuzzleResult(spec.id, spec.name, spec.title, status, error=str(exc))
 
 
-def describe_exception(exc: BaseException, learner_file=None) -> str:
+def describe_exception(exc: BaseException, learner_file=None, puzzle: str = "") -> str:
     """'ValueError: boom' plus the learner's own frames (file:line: code), the simulator's note on the rank, and
-    the likely cause when the error and its line single one out (error_causes.py)."""
+    the likely cause when the error and its line (in `puzzle`, its id, if known) single one out (error_causes.py)."""
     head = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
     internal = (os.path.dirname(sim.__file__) + os.sep + "simulator", sim.__file__,
@@ -92,7 +92,7 @@ def describe_exception(exc: BaseException, learner_file=None) -> str:
     lines = [head] + [f"  at {os.path.basename(f.filename)}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
                       for f in mine[-4:]]
     lines += list(getattr(exc, "__notes__", []))
-    cause = likely_cause(exc, (mine[-1].line or "") if mine else "")
+    cause = likely_cause(exc, (mine[-1].line or "") if mine else "", puzzle)
     if cause:
         lines.append(f"likely cause: {cause}")
     return "\n".join(lines)

@@ -191,7 +191,7 @@ def _run(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | Puz
         return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe([str(exc)]))
     except Exception as exc:  # the learner's exception, or the simulator's (deadlock, mismatch, isolation, ...)
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR,
-                            error=describe_exception(exc, getattr(module, "__file__", None)))
+                            error=describe_exception(exc, getattr(module, "__file__", None), spec.id))
 
 
 def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int,

@@ -10,7 +10,10 @@ gradient, on the critical path) and W (the weight gradients, deferred into the b
     activation memory                  on every rank, at most 1F1B's rank 0 (p microbatches) and the p inputs it
                                        received
     B before W                         each input gradient leaves before its microbatch's weight gradients are
-                                       computed, read off the FLOPs at each send
+                                       computed, read off the FLOPs at each send: autograd's backward FLOPs, and
+                                       all the compute less the forwards' (a backward written as the learner's own
+                                       products runs outside autograd); "not judged" where the forwards run by a
+                                       send cannot be told from the weight gradients
 
 The bubble is measured against the answer's own compute because two correct splits cost differently (autograd's
 walks the stage twice; Megatron-LM's WeightGradStore does not): against the formula's work alone, a 1F1B order with
@@ -32,8 +35,8 @@ from .p6_one_f_one_b import ACT, WORKSPACE
 from .pipeline import PipelineSpec
 from .pipeline_values import ALLOWANCE, BACKWARD, D, H, M, MB, P, PER
 from .pipeline_values import B as BATCH
-from .zero_bubble_costs import (B, B_COST, BW, F, LAST_B, LAST_W, ONE_F_ONE_B_IDLE, SLACK, STAGE_WORK, W, W_COST,
-                                ZB_IDLE)
+from .zero_bubble_costs import (B, B_COST, BW, F, F_COST, LAST_B, LAST_F, LAST_W, ONE_F_ONE_B_IDLE, SLACK,
+                                STAGE_WORK, W, W_COST, ZB_IDLE)
 
 WEIGHTS = PER * 2 * D * H * 8  # this stage's weights; their gradients are as many bytes again
 RECEIVED = MB * D * 8  # one microbatch's stage input, received into a buffer of its own (ranks 1 to p-1)
@@ -125,10 +128,17 @@ class ZeroBubble(PipelineSpec):
                     "the critical path, as in 1F1B")
         fused = (P - 1) * (F + BW)
         split = (P - 1) * (F + B)
-        if abs(idle - split) <= SLACK:
+        waiting = self.w_waiting(obs)
+        if waiting and all(n <= 1 for counts in waiting.values() for n in counts) and abs(idle - split) <= SLACK:
             return (f"the bubble is that of 1F1B with the backward split, (p-1)·(F + B) = {split:,} ticks: each W ran "
                     f"right after its B, so the cool-down's gaps stayed empty. Defer the W's: rank r keeps r of them "
                     f"waiting and runs them when it would otherwise wait, at the end")
+        if waiting and all(counts[-1] == M for counts in waiting.values()):
+            return (f"every W ran after the last B (ranks {', '.join(map(str, waiting))} still held all {M} W's "
+                    f"when they sent their last input gradient): there, after the cool-down, they fill no gap, and "
+                    f"the cool-down's gaps, each rank waiting for the next gradient, stayed empty. ZB-H1 runs a "
+                    f"deferred W in each gap of the cool-down: rank r keeps only r waiting, runs the oldest once more "
+                    f"than r wait, and holding them all holds every microbatch's activations (see activation memory)")
         if abs(idle - fused) <= SLACK:
             return f"the bubble is 1F1B's, (p-1)·(F + BW) = {fused:,} ticks"
         waits = [(r, self.idle_with_w_waiting(obs, r)) for r in range(1, P)]
@@ -137,8 +147,20 @@ class ZeroBubble(PipelineSpec):
             return (f"rank {r} sat idle {ticks:,} ticks waiting for a message while it held a W it had deferred, "
                     f"ready to run: a W belongs before the receive that blocks (a recv, a wait(), or "
                     f"batch_isend_irecv's handles), where it fills the wait, not after it")
-        return ("look at the schedule (--schedule): where does a rank wait for an activation or a gradient while "
-                "it still has a deferred W it could run?")
+        return ""  # nothing above singles a mistake out: no hint rather than a guess
+
+    def w_waiting(self, obs: Observation) -> dict[int, list[int]]:
+        """For ranks 1 to p-1, the W's each held when it sent each input gradient (its B's done less its W's, read
+        off the backward FLOPs as the B before W check reads them); {} where they cannot be read apart."""
+        out = {}
+        for r in range(1, P):
+            b, w, done = self.backward_done(obs, r, autograd=True)
+            if w < b // 2:  # the W's (or all the backward) are the learner's own products
+                b, w, done = self.backward_done(obs, r, autograd=False)
+            if w < b // 2 or len(done) != M:
+                return {}
+            out[r] = [k - round((d - k * b) / w) for k, (_, d) in enumerate(done, start=1)]
+        return out
 
     @staticmethod
     def idle_with_w_waiting(obs: Observation, rank: int) -> int:
@@ -200,22 +222,52 @@ class ZeroBubble(PipelineSpec):
     # ---- B before W
 
     @staticmethod
-    def order_violations(obs: Observation) -> list[tuple[int, int, int, int]]:
-        """(rank, k, backward FLOPs done when it sent its k-th input gradient, the most the rule allows) where a
-        rank had computed more than k B's and k - 1 W's (its own W, read off its total: (backward - m·B)/m)."""
+    def backward_done(obs: Observation, rank: int, autograd: bool, fewest: bool = False):
+        """(B, the rank's own W, [(when it sent its k-th input gradient, the backward FLOPs done by then)]).
+
+        autograd: the FLOPs autograd's backward ran. Otherwise every FLOP less the forwards run by then: a backward
+        written as the learner's own products (WeightGradStore style) runs outside autograd. Forwards are counted by
+        the inputs that had arrived (a forward needs its input: the most it can have run), or with `fewest` by the
+        fewest it can have run (the activations sent on, at least k for k input gradients)."""
+        b = b_cost(rank)
+        f = (LAST_F if rank == P - 1 else F_COST).flops
+        compute = sorted(obs.events_of(rank, "compute", "backward" if autograd else None), key=lambda e: e["end"])
+        # when the rank issued each send, on its compute stream (real processes record it as the event's start)
+        sends = sorted(e.get("issued") or e["start"] for e in obs.events_of(rank, "comm", "send")
+                       if e["peers"][-1] == rank - 1)
+        arrived = sorted(e["end"] for e in obs.events_of(rank, "comm", "recv") if tuple(e["peers"]) == (rank - 1, rank))
+        passed_on = sorted(e.get("issued") or e["start"] for e in obs.events_of(rank, "comm", "send")
+                           if tuple(e["peers"]) == (rank, rank + 1))
+
+        def forwards(k: int, t: int) -> int:
+            if autograd:
+                return 0
+            if fewest:
+                return min(M, max(k, sum(1 for s in passed_on if s <= t)))
+            return min(M, sum(1 for a in arrived if a < t))  # a forward takes ticks after its input arrives
+
+        total = sum(e["flops"] for e in compute) - (0 if autograd else M * f)
+        w = max(0, (total - M * b) // M)
+        done = [(t, sum(e["flops"] for e in compute if e["end"] <= t) - forwards(k, t) * f)
+                for k, t in enumerate(sends, start=1)]
+        return b, w, done
+
+    def order_violations(self, obs: Observation, fewest: bool = False) -> list[tuple[int, int, int, int, bool]]:
+        """(rank, k, backward FLOPs done when it sent its k-th input gradient, the most the rule allows, whether
+        autograd ran them) where a rank had computed more than k B's and k - 1 W's (its own W, read off its total:
+        (backward - m·B)/m), read off autograd's backward FLOPs and off all its FLOPs less its forwards'. `fewest`:
+        off all its FLOPs less the fewest forwards it can have run, on the ranks whose W's autograd did not run."""
         out = []
         for r in range(1, P):
-            b = b_cost(r)
-            w = max(0, (flops(obs, r, "backward") - M * b) // M)
-            compute = sorted(obs.events_of(r, "compute", "backward"), key=lambda e: e["end"])
-            # when the rank issued each send, on its compute stream (real processes record it as the event's start)
-            sends = sorted((e.get("issued") or e["start"] for e in obs.events_of(r, "comm", "send")
-                            if e["peers"][-1] == r - 1))
-            for k, issued in enumerate(sends, start=1):
-                done = sum(e["flops"] for e in compute if e["end"] <= issued)
-                allowed = k * b + (k - 1) * w + b // 2
-                if done > allowed:
-                    out.append((r, k, done, allowed))
+            for autograd in (True, False):
+                if fewest and (autograd or self.backward_done(obs, r, True)[1] >= b_cost(r) // 2):
+                    continue
+                b, w, done = self.backward_done(obs, r, autograd, fewest)
+                late = [(r, k, d, k * b + (k - 1) * w + b // 2, autograd) for k, (_, d) in enumerate(done, start=1)
+                        if d > k * b + (k - 1) * w + b // 2]
+                if late:
+                    out += late
+                    break
         return out
 
     def first_late_send(self, obs: Observation):
@@ -225,21 +277,32 @@ class ZeroBubble(PipelineSpec):
     def order_check(self, obs: Observation, budget: Budget) -> Check:
         violations = self.order_violations(obs)
         if not violations:
+            unsure = self.order_violations(obs, fewest=True)
+            if unsure:
+                r, k, done, allowed, _ = unsure[0]
+                return Check("B before W", True, f"not judged: rank {r} computed its W's outside autograd "
+                             f"and received activations before it ran their forwards, so what it ran before its input "
+                             f"gradient number {k} left cannot be told apart, forwards or weight gradients: counting "
+                             f"only the forwards it must have run, {done - allowed:,} FLOPs more backward than {k} "
+                             f"B's and {k - 1} W's allow; counting every activation that had arrived as run, within. "
+                             f"Could not tell whether the input gradients waited for weight gradients",
+                             measured=0, budget=budget)
             return Check("B before W", True, "every input gradient ranks 1 to p-1 sent left before its microbatch's "
-                         "weight gradients were computed (read off the backward FLOPs at each send; rank 0 sends "
-                         "none)", measured=0, budget=budget)
-        r, k, done, allowed = violations[0]
-        message = (f"rank {r} sent its input gradient number {k} to rank {r - 1} after {done:,} FLOPs of backward, "
+                         "weight gradients were computed (read off the FLOPs at each send: autograd's backward, and "
+                         "all of them less the forwards'; rank 0 sends none)", measured=0, budget=budget)
+        r, k, done, allowed, autograd = violations[0]
+        what = "of backward" if autograd else "beyond its forwards (its own products, outside autograd's backward)"
+        message = (f"rank {r} sent its input gradient number {k} to rank {r - 1} after {done:,} FLOPs {what}, "
                    f"more than {k} B's and {k - 1} W's allow ({allowed:,}, B = {b_cost(r):,}): a weight gradient ran "
                    f"before the input gradient it could have waited behind. {len(violations)} sends were late")
         return Check("B before W", False, message, measured=len(violations), budget=budget,
-                     diagnosis=safe_diagnosis(self.diagnose_order, obs, r, k, done))
+                     diagnosis=safe_diagnosis(self.diagnose_order, obs, r, k, done, autograd))
 
     @staticmethod
-    def diagnose_order(obs: Observation, rank: int, k: int, done: int) -> str:
+    def diagnose_order(obs: Observation, rank: int, k: int, done: int, autograd: bool = True) -> str:
         b = b_cost(rank)
         whole = BACKWARD.flops + (LAST_B.flops - B_COST.flops if rank == P - 1 else 0)
-        if k == 1 and abs(done - whole) <= b // 10:
+        if autograd and k == 1 and abs(done - whole) <= b // 10:
             return (f"rank {rank}'s first input gradient left after {done:,} FLOPs of backward, a whole backward's "
                     f"(BW = {whole:,}): the backward was not split (y.backward(g) computes the input and the weight "
                     f"gradients together). B is torch.autograd.grad(y, a, g, retain_graph=True); W, later, "

@@ -1,0 +1,76 @@
+"""p19 mistake: each rank tests its own gradients for a NaN before any collective and returns at once: the rank
+whose gradients hold the NaN is back in the grader's code (its all-reduce of the replicated gradients, after the
+step) while its tensor-parallel partner, whose gradients are finite, all-reduces the sum of squares. The two meet
+in one all-reduce with tensors of different shapes."""
+
+import torch
+
+MISTAKE = "the skip decided from the rank's own gradients before the all-reduce of the norm: one rank returns early"
+EXPECTED_STATUS = "error"
+DIAGNOSIS = "returned early, skipping a step"
+
+
+class ClippedShardedAdam:
+    def __init__(self, dist, params, replicated, tp_group, dp_group, lr, betas, eps, max_norm):
+        self.dist, self.params = dist, list(params)
+        self.tp_group, self.dp_group = tp_group, dp_group
+        self.lr, (self.b1, self.b2), self.eps, self.max_norm = lr, betas, eps, max_norm
+        self.D = dist.get_world_size(dp_group)
+        self.T = dist.get_world_size(tp_group)
+        self.dp = dist.get_rank(dp_group)
+        total = sum(p.numel() for p in self.params)
+        self.n = total // self.D
+        lo, hi = self.dp * self.n, (self.dp + 1) * self.n
+        mask = torch.zeros(self.n, dtype=torch.bool)
+        off = 0
+        for p, rep in zip(self.params, replicated):
+            a, b = max(off, lo), min(off + p.numel(), hi)
+            if rep and a < b:
+                mask[a - lo:b - lo] = True
+            off += p.numel()
+        self.mask = mask
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+            self.master = flat[lo:hi].clone()
+            del flat
+        self.m = torch.zeros(self.n, dtype=torch.float64)
+        self.v = torch.zeros(self.n, dtype=torch.float64)
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        dist = self.dist
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        if not torch.isfinite(flat).all():  # the mistake: this rank's own gradients, before the collectives
+            return torch.tensor(float("nan"))
+        g = torch.empty(self.n, dtype=torch.float64)
+        dist.reduce_scatter_tensor(g, flat, group=self.dp_group)
+        del flat
+        g /= self.D
+        sq = g * g
+        sq = torch.where(self.mask, sq / self.T, sq)
+        s = sq.sum().reshape(1)
+        del sq
+        dist.all_reduce(s, group=self.tp_group)
+        dist.all_reduce(s, group=self.dp_group)
+        norm = s.sqrt()
+        if not torch.isfinite(norm).all():
+            return norm
+        coef = (self.max_norm / (norm + 1e-6)).clamp(max=1.0)
+        g *= coef
+        self.t += 1
+        self.m.lerp_(g, 1 - self.b1)
+        self.v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+        bc1 = 1 - self.b1 ** self.t
+        bc2 = 1 - self.b2 ** self.t
+        denom = (self.v.sqrt() / bc2 ** 0.5).add_(self.eps)
+        self.master.addcdiv_(self.m, denom, value=-self.lr / bc1)
+        del g, denom
+        full = torch.empty(self.n * self.D, dtype=torch.float64)
+        dist.all_gather_into_tensor(full, self.master, group=self.dp_group)
+        off = 0
+        for p in self.params:
+            p.copy_(full[off:off + p.numel()].view_as(p))
+            off += p.numel()
+        del full
+        return norm
