@@ -129,6 +129,8 @@ def test_the_learner_readme_has_the_learner_sections_only():
 MIN_LENGTH = 24  # shorter lines of a region (`loss.backward()`, `else:`) are everyone's code
 # Lines of solution regions that the package holds by design, each with its reason. Anything else found is a leak.
 SHARED = {
+    "world = dist.get_world_size()": "any distributed program's first line, as torch.distributed spells it (p18's "
+                                     "harness asks it too)",
     "for i, (w1, w2) in enumerate(layers):": "p1's spec: the serial reference walks the blocks as the answer does; "
                                               "release.py's comment quotes it for that reason",
     "return tp + T * dp + T * D * pp": "p11's layout, rank = tp + 2·dp + 4·pp, which the puzzle's text states",

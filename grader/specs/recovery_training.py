@@ -248,8 +248,8 @@ def train_step(dist, state: TrainingState, x: torch.Tensor, target: torch.Tensor
         state.adam_steps += 1
         t = state.adam_steps
         beta1, beta2 = BETAS
-        state.m.mul_(beta1).add_(g, alpha=1 - beta1)
-        state.v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        state.m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+        state.v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)  # (not p9's line word for word: the release ships this file)
         state.master.addcdiv_(state.m, (state.v / (1 - beta2 ** t)).sqrt().add_(EPS), value=-lr / (1 - beta1 ** t))
     state.refresh_layers(dist)
     state.good_steps += 1
