@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -410,3 +412,19 @@ def data_parallel_step(dist, x_shard, target_shard, layers, lr):
     [result] = real.grade_folder(tmp_path, [SPECS["p3"]], seed=3, timeout=60)
     assert result.status == ERROR and "will not load" in result.error, report.pytest_message(result, 3)
     assert not marker.exists()
+
+
+def test_torchs_own_lazy_kernels_are_not_tampering():
+    # torch.vmap's first call makes torch register batching kernels of its own (torch/_functorch/predispatch.py):
+    # an answer, or an earlier test in the same process, that uses vmap once made every later run "tampered".
+    # A fresh interpreter, so that vmap has not run yet.
+    code = ("import torch\n"
+            "from grader.backends import process_state as ps\n"
+            "before = ps.kernels(force=True)\n"
+            "torch.vmap(lambda x: x.sum())(torch.ones(3, 4))\n"
+            "now = ps.kernels(force=True)\n"
+            "assert now != before, 'vmap registered nothing: the test no longer tests'\n"
+            "print(ps.kernel_changes(before, now))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -152,13 +152,16 @@ def kernel_changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
         later = now.get(name)
         if later == text:
             continue
-        old, found = set(text.splitlines()), []
-        for line in (later or "").splitlines():
-            if line not in old and ": registered at " in line and "(inactive)" not in line:
+        old, new, found = set(text.splitlines()), set((later or "").splitlines()), []
+        for line in sorted(new - old):
+            if ": registered at " in line and "(inactive)" not in line:
                 key, _, site = line.partition(": registered at ")
                 file, _, number = site.split(" :: ")[0].rpartition(":")
-                found.append(f"{name}: a {key.strip()} kernel registered at {os.path.basename(file)}:{number}")
-        out += found or [f"{name}'s kernels were changed"]
+                if not file.startswith(_TORCH_DIR):  # (torch.vmap registers torch's own batching kernels)
+                    found.append(f"{name}: a {key.strip()} kernel registered at {os.path.basename(file)}:{number}")
+        torch_only = all(": registered at " in line and line.partition(": registered at ")[2].startswith(_TORCH_DIR)
+                         for line in new ^ old)
+        out += found or ([] if torch_only else [f"{name}'s kernels were changed"])
     return out
 
 
