@@ -1,0 +1,123 @@
+"""Run a training step at scale on the simulator and read a prediction off it.
+
+    prediction = predict(config)        # grader/specs/scale/config.py
+
+One replica of the configuration is simulated (its t·p GPUs, or p ranks that each stand for their tensor-parallel
+group), on meta tensors, with the cluster's cost model (puzzles/simulator/cluster.py) placing each rank on its
+GPU the way Megatron-LM numbers them (gpu = tp + t·dp + t·D·stage). The data-parallel replicas' all-reduce of
+the gradients, after the pipeline has drained (Megatron-LM of 2022 did not overlap it), is added by its ring
+formula over the network between nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from puzzles import sim
+from puzzles.simulator.cluster import CLUSTERS, ClusterCostModel, Placement
+
+from ...specs.scale import formulas
+from ...specs.scale.config import Config
+from ...specs.scale.step import gpt_step
+from .fast_meta import remembered_meta_kernels
+
+SCALE_FILES = tuple(str(p) for p in (Path(__file__).resolve().parents[2] / "specs" / "scale").glob("*.py"))
+
+
+def placement(cfg: Config) -> Placement:
+    """Each simulated rank's GPU in Megatron-LM's numbering (replica 0)."""
+    par = cfg.parallel
+    t, D = par.tensor, par.data
+    if cfg.stand_in:
+        return Placement(tuple(stage * t * D for stage in range(par.pipeline)), stand_in=t)
+    return Placement(tuple(r % t + t * D * (r // t) for r in range(cfg.simulated_ranks)))
+
+
+def cost_model(cfg: Config) -> ClusterCostModel:
+    return ClusterCostModel(cluster=CLUSTERS[cfg.cluster], placement=placement(cfg))
+
+
+@dataclass
+class Prediction:
+    """What a simulated step says about the configuration, per GPU where it is per GPU.
+
+    step_ticks:        the step's time: the simulated makespan, plus the data-parallel all-reduce (formula)
+    memory:            per simulated rank: {"weights", "gradients", "optimizer", "activations",
+                       "layer_activations", "peak"} in bytes (activations: the most the rank held after a forward,
+                       beyond its weights and states; layer_activations: of those, what the transformer layers
+                       keep, the papers' formulas' count, without the embedding's and the loss's tensors)
+    bubble:            per rank, the share of the makespan its compute stream sat idle
+    time_by_class:     compute ticks by op class on the rank that counted them (`tally_rank`), and
+                       communication ticks by kind on that rank
+    """
+
+    config: Config
+    makespan: int
+    dp_allreduce_ticks: int
+    memory: list
+    bubble: list
+    time_by_class: dict
+    tally_rank: int
+    flops: list
+    ops: int
+    events: int
+    wall_seconds: float
+    cpu_seconds: float
+    result: object = field(repr=False, default=None)  # the SimResult
+
+    @property
+    def step_ticks(self) -> int:
+        return self.makespan + self.dp_allreduce_ticks
+
+    @property
+    def step_seconds(self) -> float:
+        return self.step_ticks / 1e9
+
+    @property
+    def mfu(self) -> float:
+        cluster = CLUSTERS[self.config.cluster]
+        device = cluster.device
+        peak = device.flops_per_tick * device.half_precision_speedup  # FLOPs per tick (per ns)
+        return float(formulas.model_flops(self.config) / (self.step_ticks * peak * self.config.parallel.gpus))
+
+
+def dp_allreduce_ticks(cfg: Config, gradient_bytes: int, cost: ClusterCostModel) -> int:
+    """The data-parallel all-reduce of one GPU's float32 gradients: a ring over the D replicas' GPUs, which sit
+    in different nodes when t·p fills them (Megatron's numbering)."""
+    par = cfg.parallel
+    if par.data == 1:
+        return 0
+    gpus = tuple(par.tensor * d for d in range(par.data))
+    network = cost.cluster.link(gpus).network(cost.device)
+    return network.comm_ticks("all_reduce", gradient_bytes, par.data)
+
+
+def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0) -> Prediction:
+    cost = cost_model(cfg)
+    ranks = cfg.simulated_ranks
+    if tally_rank is None:  # a middle stage: layers only, neither the embedding nor the head
+        tally_rank = (cfg.parallel.pipeline // 2) * (1 if cfg.stand_in else cfg.parallel.tensor)
+    wall, cpu = time.perf_counter(), time.process_time()
+    with remembered_meta_kernels():
+        result = sim.run(gpt_step, ranks, args=(cfg, cost, tally_rank), cost=cost, timeout=timeout,
+                         library_files=SCALE_FILES)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    figures = result.results
+    memory = []
+    for r, f in enumerate(figures):
+        memory.append({"weights": f.weights, "gradients": f.gradients, "optimizer": f.optimizer,
+                       "activations": max(f.held, default=0), "layer_activations": max(f.layers_held, default=0),
+                       "peak": result.ledgers[r].peak})
+    bubble = [1 - result.busy_ticks(r) / result.makespan for r in range(ranks)]
+    comm = Counter()
+    for e in result.events_of(tally_rank, "comm"):
+        comm[e.kind] += e.ticks
+    tally = figures[tally_rank].tally
+    time_by_class = {"compute": dict(tally.get("ticks", {})), "communication": dict(comm)}
+    compute_events = result.events_of(stream="compute")
+    return Prediction(cfg, result.makespan, dp_allreduce_ticks(cfg, figures[0].gradients, cost), memory, bubble,
+                      time_by_class, tally_rank, list(result.flops), sum(e.ops for e in compute_events),
+                      len(result.events), wall, cpu, result)
