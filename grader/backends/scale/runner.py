@@ -21,6 +21,7 @@ from puzzles.simulator.cluster import CLUSTERS, ClusterCostModel, Placement
 
 from ...specs.scale import formulas
 from ...specs.scale.config import Config
+from ...specs.scale.llama import llama_step
 from ...specs.scale.step import gpt_step
 from .fast_meta import remembered_meta_kernels
 
@@ -31,6 +32,8 @@ def placement(cfg: Config) -> Placement:
     """Each simulated rank's GPU in Megatron-LM's numbering (replica 0)."""
     par = cfg.parallel
     t, D = par.tensor, par.data
+    if cfg.data_parallel == "fsdp":  # one rank stands for the FSDP group's D GPUs
+        return Placement((0,), stand_in=D)
     if cfg.stand_in:
         return Placement(tuple(stage * t * D for stage in range(par.pipeline)), stand_in=t)
     return Placement(tuple(r % t + t * D * (r // t) for r in range(cfg.simulated_ranks)))
@@ -67,6 +70,7 @@ class Prediction:
     wall_seconds: float
     cpu_seconds: float
     result: object = field(repr=False, default=None)  # the SimResult
+    answer_notes: list = field(default_factory=list)  # which parts of the step were the learner's
 
     @property
     def step_ticks(self) -> int:
@@ -86,23 +90,30 @@ class Prediction:
 
 def dp_allreduce_ticks(cfg: Config, gradient_bytes: int, cost: ClusterCostModel) -> int:
     """The data-parallel all-reduce of one GPU's float32 gradients: a ring over the D replicas' GPUs, which sit
-    in different nodes when t·p fills them (Megatron's numbering)."""
+    in different nodes when t·p fills them (Megatron's numbering). FSDP's communication is simulated instead."""
     par = cfg.parallel
-    if par.data == 1:
+    if par.data == 1 or cfg.data_parallel == "fsdp":
         return 0
     gpus = tuple(par.tensor * d for d in range(par.data))
     network = cost.cluster.link(gpus).network(cost.device)
     return network.comm_ticks("all_reduce", gradient_bytes, par.data)
 
 
-def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0) -> Prediction:
+def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0, ops=None,
+            answer_notes=()) -> Prediction:
+    """Simulate one step of `cfg`. `ops`: the learner's tensor- or sequence-parallel operators to use in the
+    layers (frontends/predict_answers.py), None for the reference's; `answer_notes` say which were used."""
     cost = cost_model(cfg)
     ranks = cfg.simulated_ranks
     if tally_rank is None:  # a middle stage: layers only, neither the embedding nor the head
         tally_rank = (cfg.parallel.pipeline // 2) * (1 if cfg.stand_in else cfg.parallel.tensor)
+    if cfg.data_parallel == "fsdp":
+        program, args = llama_step, (cfg, cost, 0)
+    else:
+        program, args = gpt_step, (cfg, cost, tally_rank, ops)
     wall, cpu = time.perf_counter(), time.process_time()
     with remembered_meta_kernels():
-        result = sim.run(gpt_step, ranks, args=(cfg, cost, tally_rank), cost=cost, timeout=timeout,
+        result = sim.run(program, ranks, args=args, cost=cost, timeout=timeout,
                          library_files=SCALE_FILES)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     figures = result.results
@@ -120,4 +131,4 @@ def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0)
     compute_events = result.events_of(stream="compute")
     return Prediction(cfg, result.makespan, dp_allreduce_ticks(cfg, figures[0].gradients, cost), memory, bubble,
                       time_by_class, tally_rank, list(result.flops), sum(e.ops for e in compute_events),
-                      len(result.events), wall, cpu, result)
+                      len(result.events), wall, cpu, result, list(answer_notes))

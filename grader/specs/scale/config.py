@@ -82,6 +82,10 @@ class Config:
     # follows, models no overlap at all (processing_mode "no_overlap" in its system files). True: the simulator
     # overlaps them for free.
     overlap_communication: bool = False
+    # How the D replicas share the work: "ddp", Megatron-LM's all-reduce of the gradients after the pipeline
+    # drains (by its formula, not simulated); "fsdp", every weight sharded over the D ranks (torchtitan's FSDP,
+    # simulated: one rank stands for the D of them).
+    data_parallel: str = "ddp"
 
     def __post_init__(self):
         m, par = self.model, self.parallel
@@ -103,6 +107,10 @@ class Config:
                             f"{par.pipeline} (Megatron-LM's rule)")
         if par.sequence_parallel and m.seq % par.tensor:
             problems.append(f"sequence parallelism splits the {m.seq} tokens over t = {par.tensor} ranks")
+        if self.data_parallel not in ("ddp", "fsdp") or (self.data_parallel == "fsdp") != (m.style == "llama"):
+            problems.append("data_parallel is 'ddp' (the GPT) or 'fsdp' (the Llama model, whose step is FSDP's)")
+        if m.style == "llama" and (par.tensor, par.pipeline, par.virtual) != (1, 1, 1):
+            problems.append("the Llama step is FSDP alone: tensor, pipeline and virtual stages of 1")
         if self.simulate_tensor_ranks not in ("one", "all"):
             problems.append("simulate_tensor_ranks is 'one' or 'all'")
         if problems:
@@ -119,6 +127,8 @@ class Config:
 
     @property
     def simulated_ranks(self) -> int:
+        if self.data_parallel == "fsdp":
+            return 1  # one rank stands for the D ranks of the FSDP group
         return self.parallel.pipeline * (1 if self.stand_in else self.parallel.tensor)
 
     def but(self, **changes) -> Config:

@@ -61,6 +61,19 @@ class LayerWeights:
 
 
 @dataclass
+class LayerOps:
+    """A learner's operators in place of the reference's collectives around each product (None: the reference's).
+    Without SP: copy_to(x, tp) before each column-parallel product (puzzle 11's f) and reduce_from(partial, tp)
+    after each row-parallel one (its g). With SP: gather(x, tp), [s/t, b, h] -> [s, b, h], before, and
+    reduce_scatter(partial, tp), [s, b, h] -> [s/t, b, h], after (puzzle 14's pair)."""
+
+    copy_to: object = None
+    reduce_from: object = None
+    gather: object = None
+    reduce_scatter: object = None
+
+
+@dataclass
 class Layer:
     """What a layer's forward needs besides its input: weights, the rank's group, the sizes and the options."""
 
@@ -70,6 +83,23 @@ class Layer:
     sequence_parallel: bool
     dropout: float
     recompute: str  # "none", "selective", "full"
+    ops: LayerOps | None = None
+
+    def column(self, x, weight, bias):
+        """A column-parallel product with this layer's operators before it."""
+        ops, tp, sp = self.ops, self.tp, self.sequence_parallel
+        if ops is None:
+            return ColumnParallelLinear.apply(x, weight, bias, tp, sp)
+        x = ops.gather(x, tp) if sp else ops.copy_to(x, tp)
+        return ColumnParallelLinear.apply(x, weight, bias, tp, False, False)
+
+    def row(self, x, weight):
+        """A row-parallel product with this layer's operators after it."""
+        ops, tp, sp = self.ops, self.tp, self.sequence_parallel
+        if ops is None:
+            return RowParallelLinear.apply(x, weight, tp, sp)
+        partial = RowParallelLinear.apply(x, weight, tp, False, False)
+        return ops.reduce_scatter(partial, tp) if sp else ops.reduce_from(partial, tp)
 
 
 def drop(x, p: float):
@@ -97,24 +127,24 @@ def core_attention(q, k, v, bias, dropout: float):
 
 
 def attention(x, layer: Layer, bias):
-    w, tp, sp = layer.weights, layer.tp, layer.sequence_parallel
+    w = layer.weights
     normed = F.layer_norm(x, (x.shape[-1],), w.ln1_w, w.ln1_b)
-    qkv = ColumnParallelLinear.apply(normed, w.qkv_w, w.qkv_b, tp, sp)  # [s, b, 3h/t]
+    qkv = layer.column(normed, w.qkv_w, w.qkv_b)  # [s, b, 3h/t]
     s, b = qkv.shape[0], qkv.shape[1]
     q, k, v = qkv.view(s, b, layer.heads, -1).chunk(3, dim=-1)  # [s, b, a/t, d] each
     if layer.recompute == "selective":
         context = Recompute.apply(core_attention, (bias, layer.dropout), q, k, v)
     else:
         context = core_attention(q, k, v, bias, layer.dropout)
-    out = RowParallelLinear.apply(context, w.proj_w, tp, sp)
+    out = layer.row(context, w.proj_w)
     return x + drop(out + w.proj_b, layer.dropout)  # bias, dropout, residual
 
 
 def mlp(x, layer: Layer):
-    w, tp, sp = layer.weights, layer.tp, layer.sequence_parallel
+    w = layer.weights
     normed = F.layer_norm(x, (x.shape[-1],), w.ln2_w, w.ln2_b)
-    hidden = F.gelu(ColumnParallelLinear.apply(normed, w.fc1_w, w.fc1_b, tp, sp), approximate="tanh")
-    out = RowParallelLinear.apply(hidden, w.fc2_w, tp, sp)
+    hidden = F.gelu(layer.column(normed, w.fc1_w, w.fc1_b), approximate="tanh")
+    out = layer.row(hidden, w.fc2_w)
     return x + drop(out + w.fc2_b, layer.dropout)
 
 

@@ -60,4 +60,19 @@ def presets() -> dict[str, Config]:
     for name in MEGATRON:
         for mode in ("full", "seqsel", "none"):
             out[f"megatron-{name.lower()}-{mode}"] = megatron(name, mode)
+    out["torchtitan-llama3-8b"] = torchtitan_llama8b()
     return out
+
+
+LLAMA_31_8B = Model("Llama 3.1 8B", layers=32, hidden=4096, heads=32, seq=8192, vocab=128256, ffn=14336, kv_heads=8,
+                    style="llama")
+TORCHTITAN_TOKENS_PER_SECOND, TORCHTITAN_MEMORY_GIB = 5762, 82.4  # per GPU
+
+
+def torchtitan_llama8b() -> Config:
+    """torchtitan's Llama 3.1 8B on 8 H100s of a Grand Teton host: FSDP, local batch 2 of 8,192 tokens (global
+    16), selective (op) activation checkpointing, bfloat16, no dropout."""
+    return Config(LLAMA_31_8B, Parallel(data=8, microbatch=2, global_batch=16), recompute="selective",
+                  cluster="h100-grand-teton", dtype="bfloat16", dropout=0.0, data_parallel="fsdp",
+                  overlap_communication=True)
+

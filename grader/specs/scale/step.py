@@ -116,7 +116,7 @@ def _numel(shape) -> int:
 WHOLE = ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "proj_b", "fc2_b")  # a layer's weights each rank holds whole
 
 
-def build_chunks(cfg: Config, stage: int, tp: TensorParallel, device) -> tuple[Flat, list[Chunk]]:
+def build_chunks(cfg: Config, stage: int, tp: TensorParallel, device, ops=None) -> tuple[Flat, list[Chunk]]:
     """This rank's weights, each kind one flat buffer, and its model chunks. The weights every rank of the
     group holds whole come first, so that their gradients are one range to all-reduce."""
     m, par = cfg.model, cfg.parallel
@@ -137,7 +137,7 @@ def build_chunks(cfg: Config, stage: int, tp: TensorParallel, device) -> tuple[F
     chunks = []
     for (first, last), (layers, final, positions) in zip(ends, whole_weights):
         built = [Layer(LayerWeights(**w, **{k: flat.take(s) for k, s in shapes.items() if k not in WHOLE}), tp,
-                       m.heads // t, par.sequence_parallel, cfg.dropout, cfg.recompute) for w in layers]
+                       m.heads // t, par.sequence_parallel, cfg.dropout, cfg.recompute, ops) for w in layers]
         words = flat.take((m.vocab // t, m.hidden), autograd_grad=first) if first or last else None
         chunks.append(Chunk(built, Embedding(words, positions, tp.rank * (m.vocab // t)) if first else None,
                             (*final, words) if last else None))
@@ -145,19 +145,20 @@ def build_chunks(cfg: Config, stage: int, tp: TensorParallel, device) -> tuple[F
     return flat, chunks
 
 
-def gpt_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0):
+def gpt_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0, ops=None):
     """The rank program: one training step of `cfg` on this rank. Returns its StepFigures; rank `tally_rank`
-    also counts its ops by class on `tally_cost` (sim.tally), when given."""
+    also counts its ops by class on `tally_cost` (sim.tally), when given. `ops`: the learner's tensor- or
+    sequence-parallel operators for the layers (gpt.LayerOps), None for the reference's."""
     if tally_cost is not None and dist.get_rank() == tally_rank:
         with sim.tally(tally_cost) as counted:
-            figures = _gpt_step(dist, cfg)
+            figures = _gpt_step(dist, cfg, ops)
         figures.tally = {"ticks": dict(counted.ticks_by_class), "flops": dict(counted.flops_by_class),
                          "ops": dict(counted.ops_by_class), "ticks_by_phase": dict(counted.ticks_by_phase)}
         return figures
-    return _gpt_step(dist, cfg)
+    return _gpt_step(dist, cfg, ops)
 
 
-def _gpt_step(dist, cfg: Config) -> StepFigures:
+def _gpt_step(dist, cfg: Config, ops=None) -> StepFigures:
     par, m = cfg.parallel, cfg.model
     t, p = par.tensor, par.pipeline
     rank = dist.get_rank()
@@ -174,7 +175,7 @@ def _gpt_step(dist, cfg: Config) -> StepFigures:
                 embedding_group = g
     device, dtype = torch.device("meta"), DTYPES[cfg.dtype]
     figures = StepFigures()
-    flat, chunks = build_chunks(cfg, stage, tp, device)
+    flat, chunks = build_chunks(cfg, stage, tp, device, ops)
     n = flat.params.numel()
     figures.weights, figures.gradients = n * flat.params.element_size(), n * 4
     figures.optimizer = 3 * n * 4

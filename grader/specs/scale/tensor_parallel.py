@@ -11,6 +11,7 @@ a contiguous block of rows and the collectives cut and join dim 0 without a copy
                            Megatron issues them; without (the default, config.py says why), one after the other.
     RowParallelLinear      y = sum_r x_r @ W_r^T     W split by columns (its input features)
                            no SP: all-reduce the partial sums (g); SP: reduce-scatter them to [s/t, b, h]
+    communicate=False      the product alone, when a learner's operators move the data around it (gpt.py)
 
 The weight gradient's product writes into the weight's float32 gradient buffer (`main_grad`) as it accumulates
 (Megatron's gradient-accumulation fusion: the GEMM's output is the float32 buffer), so no half-precision
@@ -75,6 +76,24 @@ class TensorParallel:
                                                       async_op=async_op)
 
 
+class _Alone:
+    """A group of one: its collectives do nothing (the products of a layer whose operators are the caller's)."""
+
+    size, rank, stand_in, overlap = 1, 0, False, False
+
+    def all_reduce(self, x, async_op=False, op=None):
+        return None
+
+    def all_gather(self, shard, async_op=False):
+        return shard, None
+
+    def reduce_scatter(self, full, async_op=False):
+        return full, None
+
+
+_ALONE = _Alone()
+
+
 def _wait(handle) -> None:
     if handle is not None:
         handle.wait()
@@ -86,10 +105,13 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 
 class ColumnParallelLinear(torch.autograd.Function):
     """y_r = x @ W_r^T + b_r on [s, b, h] (SP: x is [s/t, b, h], gathered first). apply(x, weight, bias, tp,
-    sequence_parallel): weight.main_grad and bias.main_grad receive the gradients (float32)."""
+    sequence_parallel, communicate=True): weight.main_grad and bias.main_grad receive the gradients (float32).
+    communicate=False: the product alone (the caller's operators move the data: a learner's f, or gather)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, tp: TensorParallel, sequence_parallel: bool):
+    def forward(ctx, x, weight, bias, tp: TensorParallel, sequence_parallel: bool, communicate: bool = True):
+        if not communicate:
+            tp, sequence_parallel = _ALONE, False
         total, handle = tp.all_gather(x) if sequence_parallel else (x, None)
         _wait(handle)
         s, b = total.shape[0], total.shape[1]
@@ -115,7 +137,7 @@ class ColumnParallelLinear(torch.autograd.Function):
         if ctx.bias is not None:
             ctx.bias.main_grad.add_(grad_rows.sum(0))
         _wait(reducing)
-        return grad_x, None, None, None, None
+        return grad_x, None, None, None, None, None
 
 
 class RowParallelLinear(torch.autograd.Function):
@@ -124,7 +146,9 @@ class RowParallelLinear(torch.autograd.Function):
     the sum, in the bias-dropout-add)."""
 
     @staticmethod
-    def forward(ctx, x, weight, tp: TensorParallel, sequence_parallel: bool):
+    def forward(ctx, x, weight, tp: TensorParallel, sequence_parallel: bool, communicate: bool = True):
+        if not communicate:
+            tp, sequence_parallel = _ALONE, False
         partial = torch.mm(_rows(x), weight.t()).view(*x.shape[:2], -1)
         ctx.save_for_backward(x, weight)
         ctx.tp, ctx.sp = tp, sequence_parallel
@@ -143,4 +167,4 @@ class RowParallelLinear(torch.autograd.Function):
         grad_rows = _rows(total)
         grad_x = torch.mm(grad_rows, weight).view(*x.shape)
         accumulate_weight_grad(weight.main_grad, grad_rows, _rows(x))
-        return grad_x, None, None, None
+        return grad_x, None, None, None, None
