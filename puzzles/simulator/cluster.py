@@ -46,14 +46,14 @@ class Link:
     achieves, and the latency of one message or ring step."""
 
     name: str
-    bytes_per_tick: int
+    bytes_per_tick: int | None  # None: free (latency only)
     efficiency: Fraction
     latency_ticks: int
 
     def network(self, device: DeviceProfile) -> CostModel:
         """cost.py's alpha-beta model of this link: its ring formulas at the achieved bandwidth."""
-        return CostModel(latency_ticks=self.latency_ticks, bytes_per_tick=self.bytes_per_tick * Fraction(
-            self.efficiency), device=device)
+        achieved = None if self.bytes_per_tick is None else self.bytes_per_tick * Fraction(self.efficiency)
+        return CostModel(latency_ticks=self.latency_ticks, bytes_per_tick=achieved, device=device)
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,9 @@ def placement(cfg: Config) -> Placement:
     return Placement(tuple(r % t + t * D * (r // t) for r in range(cfg.simulated_ranks)))
 
 
-def cost_model(cfg: Config) -> ClusterCostModel:
-    return ClusterCostModel(cluster=CLUSTERS[cfg.cluster], placement=placement(cfg))
+def cost_model(cfg: Config, cluster=None) -> ClusterCostModel:
+    """The cost model of cfg's cluster (or of `cluster`, a puzzles.simulator.cluster.Cluster)."""
+    return ClusterCostModel(cluster=cluster or CLUSTERS[cfg.cluster], placement=placement(cfg))
 
 
 @dataclass
@@ -82,8 +83,7 @@ class Prediction:
 
     @property
     def mfu(self) -> float:
-        cluster = CLUSTERS[self.config.cluster]
-        device = cluster.device
+        device = self.result.cost.device
         peak = device.flops_per_tick * device.half_precision_speedup  # FLOPs per tick (per ns)
         return float(formulas.model_flops(self.config) / (self.step_ticks * peak * self.config.parallel.gpus))
 
@@ -100,10 +100,11 @@ def dp_allreduce_ticks(cfg: Config, gradient_bytes: int, cost: ClusterCostModel)
 
 
 def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0, ops=None,
-            answer_notes=()) -> Prediction:
+            answer_notes=(), cluster=None) -> Prediction:
     """Simulate one step of `cfg`. `ops`: the learner's tensor- or sequence-parallel operators to use in the
-    layers (frontends/predict_answers.py), None for the reference's; `answer_notes` say which were used."""
-    cost = cost_model(cfg)
+    layers (frontends/predict_answers.py), None for the reference's; `answer_notes` say which were used;
+    `cluster`: another cluster than cfg's (a Cluster)."""
+    cost = cost_model(cfg, cluster)
     ranks = cfg.simulated_ranks
     if tally_rank is None:  # a middle stage: layers only, neither the embedding nor the head
         tally_rank = (cfg.parallel.pipeline // 2) * (1 if cfg.stand_in else cfg.parallel.tensor)
