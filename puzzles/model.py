@@ -89,12 +89,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
 
 def causal_attention(x: torch.Tensor, wqkv: torch.Tensor, wo: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Multi-head self-attention in which token t sees tokens 0..t only, written out. x: [batch, s, d]."""
-    b, s, d = x.shape
-    hd = d // n_heads  # each head's width
-    q, k, v = (x @ wqkv).split(d, dim=-1)  # [b, s, d] each
+    """Multi-head self-attention in which token t sees tokens 0..t only, written out. x: [batch, s, d].
 
-    def heads(t):  # [b, s, d] -> [b, heads, s, hd]
+    It works on any group of heads too (tensor parallelism splits them between ranks): given only their columns
+    of wqkv ([d, 3·width]: their q columns, then their k columns, then their v columns) and the matching rows of
+    wo ([width, d]), with n_heads the number of heads in the group, it returns their share of the output, [b, s, d]
+    (summed over every group of heads, the whole attention)."""
+    b, s, _ = x.shape
+    width = wqkv.shape[1] // 3  # the heads' q (or k, or v) columns: d for all of them
+    hd = width // n_heads  # each head's width
+    q, k, v = (x @ wqkv).split(width, dim=-1)  # [b, s, width] each
+
+    def heads(t):  # [b, s, width] -> [b, heads, s, hd]
         return t.view(b, s, n_heads, hd).transpose(1, 2)
 
     q, k, v = heads(q), heads(k), heads(v)
@@ -103,7 +109,7 @@ def causal_attention(x: torch.Tensor, wqkv: torch.Tensor, wo: torch.Tensor, n_he
     scores = scores.masked_fill(future, float("-inf"))
     p = torch.softmax(scores, dim=-1)  # each row sums to 1 over the keys it may see
     out = p @ v  # [b, heads, s, hd]
-    out = out.transpose(1, 2).reshape(b, s, d)  # the heads side by side again
+    out = out.transpose(1, 2).reshape(b, s, width)  # the heads side by side again
     return out @ wo
 
 

@@ -83,17 +83,17 @@ The simulated machine: the puzzles' GPU (README, "The clock"): every op costs ma
 budget here: the clock is for the chart.
 
 Checks, in detail:
-  - weights after each step. The reference is torch's own code: torch.optim.Adam on the float32 masters, with
-    torch.amp.GradScaler deciding the skip and the scale, on the same float16 forward and backward. Each step's
-    forward runs on the float16 copies of *your* master weights after the step before (teacher forcing), so each
-    step is judged on the gradients your own weights give. Why: Adam's arithmetic written another way (m /
-    (1 - beta1^t) first, a flat vector, another order of the same float32 operations) rounds differently in the
-    last bit, and now and then that moves a float16 copy of a weight across a rounding boundary, which changes the
-    next forward; Adam, dividing by sqrt(v), can make a visible change of that. Run on their own, correct answers
-    in other styles drift up to 1.15e-5 from the reference (measured, 1,000 seeds), about a tenth of the closest
-    mistake (counting the skipped step in Adam's t: 1.04e-4). Forced, they stay within 6e-8, and every mistake
-    replayed at least 1.04e-4 away: 1e-6 sits between (bench/RESULTS.md). That forcing is fair needs the float16
-    weights to be the masters rounded, which is checked bit for bit.
+  - weights after each step. The reference is torch.optim.Adam on the float32 masters, with GradScaler's dynamic
+    loss scaling (torch.amp.GradScaler's, bit for bit) deciding the skip and the scale, on the same float16 forward
+    and backward. Each step's forward runs on the float16 copies of *your* master weights after the step before
+    (teacher forcing), so each step is judged on the gradients your own weights give. Why: Adam's arithmetic written
+    another way (m / (1 - beta1^t) first, a flat vector, another order of the same float32 operations) rounds
+    differently in the last bit, and now and then that moves a float16 copy of a weight across a rounding boundary,
+    which changes the next forward; Adam, dividing by sqrt(v), can make a visible change of that. Run on their own,
+    correct answers in other styles drift up to 1.15e-5 from the reference (measured, 1,000 seeds), about a tenth of
+    the closest mistake (counting the skipped step in Adam's t: 1.04e-4). Forced, they stay within 6e-8, and every
+    mistake replayed at least 1.04e-4 away: 1e-6 sits between (bench/RESULTS.md). That forcing is fair needs the
+    float16 weights to be the masters rounded, which is checked bit for bit.
   - skipped step: read around step 4's step() call: every tensor your optimizer object holds (walked through its
     attributes, lists and dicts, a torch.optim.Adam inside it included) of more than one number, and the master
     weights, unchanged. A scalar such as the scale or a counter may change; a tensor kept from one step to the

@@ -65,3 +65,16 @@ def test_attention_costs_its_formula_on_the_clock(s):
     assert t.flops_by_class["matmul"] == 2 * s * D * 3 * D + 2 * 2 * s * s * D + 2 * s * D * D
     assert t.flops_by_class["softmax/norm"] == 5 * HEADS * s * s
     assert t.flops > t.flops_by_class["matmul"] + HEADS * s * s  # the scaling and the mask too
+
+
+def test_attention_of_groups_of_heads_adds_up_to_the_whole():
+    """Given a group's q, k, v columns and wo's matching rows, causal_attention returns the group's share of the
+    output (tensor parallelism's partial sum): the shares of all groups add up to the whole attention."""
+    x, _ = make_sequences(B, S, D, 7)
+    (w,) = init_transformer(1, D, H, 8, requires_grad=False)
+    groups, width = 2, D // 2
+    shares = []
+    for g in range(groups):
+        cols = torch.cat([torch.arange(j * D + g * width, j * D + (g + 1) * width) for j in range(3)])
+        shares.append(causal_attention(x, w.wqkv[:, cols], w.wo[g * width:(g + 1) * width], HEADS // groups))
+    torch.testing.assert_close(sum(shares), causal_attention(x, w.wqkv, w.wo, HEADS), rtol=0, atol=1e-12)

@@ -84,6 +84,7 @@ def test_building_twice_writes_the_same_notebook():
     assert nbformat.writes(build_notebook(ROOT)) == nbformat.writes(build_notebook(ROOT))
 
 
+@pytest.mark.learner  # the check cells on the oldest supported torch too (tests/test_torch_range.py)
 @pytest.mark.parametrize("solved, expected", [(False, "not attempted"), (True, "PASS")])
 def test_notebook_runs_top_to_bottom(solved, expected, tmp_path):
     nb = execute(build_notebook(ROOT, solved=solved), ROOT)

@@ -28,6 +28,7 @@ FIELDS = {
     "p6": [(("input_grad",), "input gradients"), (("grads", 0, 1), "stage gradients")],
     "p7": [(("layers", 3, 1), "updated weights"), (("grads", 2, 1), None)],
     "p8": [(("layers", 0, 1), "weights after k steps"), (("layers",), "weights after k steps")],
+    "p13": [(("t", 0), "ring values"), (("t", 7), "doubling values")],
     "p15": [(("y",), "output"), (("x_grad",), "input gradient"), (("wqkv_grad",), "q/k/v gradients"),
             (("wo_grad",), "output projection gradient")],
 }

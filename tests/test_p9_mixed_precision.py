@@ -14,6 +14,7 @@ from grader.specs import SPECS
 from grader.specs import mixed_precision_serial as serial
 from grader.specs import p9_mixed_precision as p9
 from grader.specs.optimizer_state import changes, snapshot, state_tensors
+from puzzles.model import forward, loss_fn
 
 SPEC = SPECS["p9"]
 
@@ -40,6 +41,40 @@ def test_the_replay_is_within_the_tolerance_and_every_mistake_far_outside_it(see
     for mistake, knobs in serial.MISTAKES.items():
         got = serial.replay(inputs, **knobs)
         assert largest_difference(got, serial.forced_expectation(inputs, got)) > 10 * serial.TOLERANCE, mistake
+
+
+def grad_scaler_reference(inputs) -> dict:
+    """The reference as it was before torch 2.2 was supported: torch.amp.GradScaler itself deciding each step."""
+    masters = [w.detach().clone().requires_grad_() for pair in inputs["layers"] for w in pair]
+    adam = torch.optim.Adam(masters, lr=serial.LR, betas=serial.BETAS, eps=serial.EPS, foreach=False)
+    scaler = torch.amp.GradScaler("cpu", init_scale=serial.INIT_SCALE, growth_factor=serial.GROWTH,
+                                  backoff_factor=serial.BACKOFF, growth_interval=serial.GROWTH_INTERVAL)
+    weights, scales = [], []
+    for x, target in zip(inputs["xs"], inputs["targets"]):
+        half = [w.detach().half().requires_grad_() for w in masters]
+        scaler.scale(loss_fn(forward(x, list(zip(half[::2], half[1::2]))).float(), target)).backward()
+        for m, h in zip(masters, half):
+            m.grad = h.grad.float()
+        scaler.unscale_(adam)
+        scaler.step(adam)
+        scaler.update()
+        adam.zero_grad(set_to_none=True)
+        scales.append(scaler.get_scale())
+        weights.append([(w1.detach().clone(), w2.detach().clone()) for w1, w2 in zip(masters[::2], masters[1::2])])
+    return {"weights": weights, "scales": scales}
+
+
+@pytest.mark.skipif(not hasattr(torch.amp, "GradScaler"), reason="torch.amp.GradScaler came in torch 2.3")
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_written_out_scaler_is_torchs_grad_scaler_bit_for_bit(seed):
+    """The reference writes GradScaler's loss scaling out (so that torch 2.2 grades p9); wherever torch has
+    torch.amp.GradScaler, the two give the same weights, to the bit, and the same scales, the overflow included."""
+    inputs = serial.make_inputs(seed)
+    ours, torchs = serial.torch_reference(inputs), grad_scaler_reference(inputs)
+    assert ours["scales"] == torchs["scales"]
+    for step, (a, b) in enumerate(zip(ours["weights"], torchs["weights"], strict=True), 1):
+        assert all(torch.equal(x, y) for pa, pb in zip(a, b) for x, y in zip(pa, pb)), \
+            f"step {step}: largest difference {largest_difference([a], [b])}"
 
 
 def test_forcing_changes_nothing_for_the_reference_itself():

@@ -128,7 +128,8 @@ def test_clock_checks_are_reported_as_simulator_only(references, naive):
     assert p7.status == PASS and [c.name for c in p7.checks if c.simulator_only] == ["makespan"]
     clock_based = {s.id: s.simulator_only for s, *_ in references if s.simulator_only}
     assert clock_based == {"p5": ("bubble",), "p6": ("bubble",), "p7": ("makespan",), "p10": ("makespan",),
-                           "p11": ("bubble",), "p15": ("makespan",)}
+                           "p11": ("bubble",), "p13": ("ring makespan", "doubling makespan"),
+                           "p15": ("makespan",)}
 
 
 def test_deadlocks_are_reported_not_hung():

@@ -13,6 +13,7 @@ from grader.frontends.targets import grade_target
 from grader.specs import SPECS
 
 NAIVE = Path(__file__).parent / "naive"
+pytestmark = pytest.mark.learner  # run on the oldest supported torch too (tests/test_torch_range.py)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

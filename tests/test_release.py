@@ -132,6 +132,8 @@ SHARED = {
     "for i, (w1, w2) in enumerate(layers):": "p1's spec: the serial reference walks the blocks as the answer does; "
                                               "release.py's comment quotes it for that reason",
     "return tp + T * dp + T * D * pp": "p11's layout, rank = tp + 2·dp + 4·pp, which the puzzle's text states",
+    "q, k, v = (x @ wqkv).split(d, dim=-1)": "model.py's causal_attention, which every learner reads, splits the "
+                                             "projections as p15's answer does",
 }
 
 

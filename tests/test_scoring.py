@@ -117,7 +117,7 @@ def test_a_full_row_adds_up():
 
 
 @pytest.mark.parametrize("data, words", [
-    ({"p13": {"weight": 1}}, ["unknown key 'p13'", "p1"]),
+    ({"p99": {"weight": 1}}, ["unknown key 'p99'", "p1"]),
     ({"p3": {"weight": -1}}, ["[p3] weight", "at least 0"]),
     ({"p3": {"weight": True}}, ["[p3] weight"]),
     ({"total": 0}, ["total", "above 0"]),

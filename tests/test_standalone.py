@@ -17,6 +17,8 @@ from grader.frontends.notebooks.file import STANDALONE_NOTEBOOK, build_notebook
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
+pytestmark = pytest.mark.learner  # run on the oldest supported torch too (tests/test_torch_range.py)
+
 
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):

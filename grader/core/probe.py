@@ -14,11 +14,12 @@ from torch.utils._python_dispatch import _disable_current_modes
 from puzzles import sim
 
 _process_tracker = None  # a callable returning the bytes alive in this process, set by the real-backend launcher
+_process_timeline = None  # a callable returning how many entries the process's ledger timeline has
 
 
-def install_process_tracker(current_bytes) -> None:
-    global _process_tracker
-    _process_tracker = current_bytes
+def install_process_tracker(current_bytes, timeline_length=None) -> None:
+    global _process_tracker, _process_timeline
+    _process_tracker, _process_timeline = current_bytes, timeline_length
 
 
 def memory_now() -> int:
@@ -29,6 +30,18 @@ def memory_now() -> int:
     if _process_tracker is not None:
         return _process_tracker()
     raise RuntimeError("memory_now() needs a simulated rank or a tracked process")
+
+
+def ledger_mark() -> int:
+    """Where the calling rank's ledger timeline stands now (its length): the entries between two marks are the
+    allocations and frees made in between, so a harness can read the peak of one call out of a run that makes
+    several (Observation.ledgers[rank]["timeline"][start:end])."""
+    ledger = sim.current_ledger()
+    if ledger is not None:
+        return len(ledger.timeline)
+    if _process_timeline is not None:
+        return _process_timeline()
+    raise RuntimeError("ledger_mark() needs a simulated rank or a tracked process")
 
 
 # ---- hooks left behind

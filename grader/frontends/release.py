@@ -93,6 +93,8 @@ def learner_readme(text: str) -> tuple[str, list[str]]:
         elif heading not in INSTRUCTOR_SECTIONS:
             unknown.append(heading)
     readme = "".join(kept).rstrip() + "\n"
+    # The project's own development line is the instructor's: the copy has no tests/ to run.
+    readme = re.sub(r"\n\n# Set up for development[^\n]*\n[^\n]*\n", "\n", readme)
     # The copy has no solutions/ to grade, nor docs/: its examples grade the learner's own files, and a link to
     # the instructor's documents becomes plain words.
     readme = re.sub(r"(check|--target) solutions\b", r"\1 puzzles", readme)

@@ -5,7 +5,7 @@
     pipeline.py, pipeline_values.py      what p5 and p6 share: the stages, their checks, the value diagnosis
     tensor_parallel_mistakes.py          p4's sizes, and the common mistakes replayed to name a wrong answer
     checkpoint_taken_away.py             torch.utils.checkpoint switched off while p1 and p2 are graded
-    mixed_precision_serial.py            p9's sizes, inputs, torch's GradScaler + Adam as the (teacher-forced)
+    mixed_precision_serial.py            p9's sizes, inputs, torch's Adam + GradScaler's logic as the (forced)
                                          reference, the mistakes replayed, the comparison at a measured tolerance
     optimizer_state.py                   p8, p9: every tensor an optimizer object keeps, found whatever its style
     gathered_weights.py                  p10: the watch that notes, at each collective, the gathered buffers
@@ -13,6 +13,10 @@
     three_d_layout.py, three_d_groups.py p11's rank layout, sizes and serial pieces; its process-group rules
     expert_routing.py                    p12's sizes, the routing built into every seed, the serial mixture of
                                          experts and the common mistakes replayed on it
+    sub_world.py                         p13: the `dist` of a world of its own made of some of the ranks (4 of 8)
+    all_reduce_runs.py                   p13's network, its eight runs and their formulas; one run's messages,
+                                         time and memory read out of the whole record
+    all_reduce_mistakes.py               p13: which ranks' parts a wrong chunk holds, what a run's messages were
     ring_attention_serial.py             p15's sizes, its inputs made chunk by chunk, the serial causal attention
                                          read off at each rank's tokens, the common mistakes replayed on it
     ring_attention_costs.py              p15's compute formulas and a rank's share measured on the clock

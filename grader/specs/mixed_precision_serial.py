@@ -34,17 +34,20 @@ TOLERANCE = 1e-6  # x max(1, largest |expected|), after each step, teacher-force
 TOLERANCE_TEXT = f"float32 master weights, tolerance {TOLERANCE:g} x max(1, largest |expected|)"
 
 
+def next_scale(scale: float, good: int, overflow: bool) -> tuple[float, int]:
+    """torch.amp.GradScaler's update(): the scale and the count of good steps in a row after one step (x GROWTH
+    after GROWTH_INTERVAL good steps in a row, x BACKOFF at an overflow, which also restarts the count)."""
+    if overflow:
+        return scale * BACKOFF, 0
+    good += 1
+    return (scale * GROWTH, 0) if good == GROWTH_INTERVAL else (scale, good)
+
+
 def scales_after_each_step(overflows) -> list[float]:
-    """torch.amp.GradScaler's scale after each step (its update(): x GROWTH after GROWTH_INTERVAL good steps in
-    a row, x BACKOFF at an overflow, which also restarts the count)."""
+    """The scale after each step, from INIT_SCALE."""
     scale, good, out = INIT_SCALE, 0, []
     for overflow in overflows:
-        if overflow:
-            scale, good = scale * BACKOFF, 0
-        else:
-            good += 1
-            if good == GROWTH_INTERVAL:
-                scale, good = scale * GROWTH, 0
+        scale, good = next_scale(scale, good, overflow)
         out.append(scale)
     return out
 
@@ -88,8 +91,14 @@ def _steps(inputs, forward_masters):
 
 
 def torch_reference(inputs, forward_masters=None, overflow_step=OVERFLOW_STEP) -> dict:
-    """torch.optim.Adam on the float32 masters, torch.amp.GradScaler deciding each step, on float16 copies: the
-    master weights after each step, the scales, and which steps overflowed.
+    """torch.optim.Adam on the float32 masters, GradScaler's dynamic loss scaling deciding each step, on float16
+    copies: the master weights after each step, the scales, and which steps overflowed.
+
+    The scaler is GradScaler's CPU path written out (scale the loss, multiply the gradients by the inverse scale,
+    skip optimizer.step() when any is not finite, next_scale), not torch.amp.GradScaler itself: that came in torch
+    2.3, and on a CPU torch.cuda.amp's disables itself, so torch 2.2 could not grade p9 at all. Every scale is a
+    power of two, so scaling and unscaling are exact and the result is GradScaler's bit for bit
+    (tests/test_p9_mixed_precision.py holds it to torch.amp.GradScaler wherever torch has one).
 
     `forward_masters[s]` (teacher forcing): the float32 weights whose float16 copies step s+1's forward runs on,
     instead of the reference's own masters. The grader passes an answer's own masters (the initial ones, then
@@ -98,21 +107,22 @@ def torch_reference(inputs, forward_masters=None, overflow_step=OVERFLOW_STEP) -
     gradients the answer itself computed."""
     masters = [w.detach().clone().requires_grad_() for pair in inputs["layers"] for w in pair]
     adam = torch.optim.Adam(masters, lr=LR, betas=BETAS, eps=EPS, foreach=False)
-    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_factor=GROWTH, backoff_factor=BACKOFF,
-                                  growth_interval=GROWTH_INTERVAL)
+    scale, good = INIT_SCALE, 0
     weights, scales, overflows = [], [], []
     for x, target, forced in _steps(inputs, forward_masters):
         half = _half_copies(masters if forced is None else forced)
         loss = loss_fn(forward(x, _pairs(half)).float(), target)
-        scaler.scale(loss).backward()
+        (loss * scale).backward()
+        inverse = torch.tensor(scale, dtype=torch.float64).reciprocal().float()  # as GradScaler.unscale_
         for m, h in zip(masters, half):
-            m.grad = h.grad.float()
-        scaler.unscale_(adam)
-        overflows.append(not all(torch.isfinite(m.grad).all() for m in masters))
-        scaler.step(adam)
-        scaler.update()
+            m.grad = h.grad.float() * inverse
+        overflow = not all(torch.isfinite(m.grad).all() for m in masters)
+        if not overflow:
+            adam.step()
+        scale, good = next_scale(scale, good, overflow)
+        overflows.append(overflow)
         adam.zero_grad(set_to_none=True)
-        scales.append(scaler.get_scale())
+        scales.append(scale)
         weights.append([(w1.detach().clone(), w2.detach().clone()) for w1, w2 in _pairs(masters)])
     expected = [step == overflow_step for step in range(1, len(overflows) + 1)]
     if forward_masters is None and overflows != expected:  # the inputs make exactly that step overflow, any seed
@@ -150,12 +160,7 @@ def replay(inputs, forward_masters=None, unscale=True, count_skipped=False, bias
                 for mi, vi in zip(m, v):
                     mi.mul_(beta1)
                     vi.mul_(beta2)
-            if finite:
-                good += 1
-                if good == GROWTH_INTERVAL:
-                    scale, good = scale * GROWTH, 0
-            else:
-                scale, good = scale * BACKOFF, 0
+            scale, good = next_scale(scale, good, not finite)
         weights.append([(w1.clone(), w2.clone()) for w1, w2 in _pairs(masters)])
     return weights
 

@@ -1,11 +1,12 @@
 """p9 mixed precision: float16 forward and backward, float32 master weights and Adam, dynamic loss scaling.
 
-Four rules, each measured as such: the master weights after every step against torch's own code (torch.optim.Adam
-driven by torch.amp.GradScaler on the same float16 forward and backward), at a tolerance measured, not guessed
-(mixed_precision_serial.py); the overflowing step changes nothing the optimizer keeps (optimizer_state.py walks
-the learner's object, whatever its style); the loss scale after every step; and the parameter bytes, read off the
-ledger at a moment the puzzle defines (right after the first step(), no activation alive, the float16 gradients
-still in w.grad), against the textbook 2 + 2 + 4 + 4 + 4 = 16 bytes per weight, in both directions. Before the
+Four rules, each measured as such: the master weights after every step against torch.optim.Adam driven by
+GradScaler's loss scaling (written out, bit for bit GradScaler's) on the same float16 forward and backward, at a
+tolerance measured, not guessed (mixed_precision_serial.py); the overflowing step changes nothing the optimizer
+keeps (optimizer_state.py walks the learner's object, whatever its style); the loss scale after every step; and the
+parameter bytes, read off the ledger at a moment the puzzle defines (right after the first step(), no activation
+alive, the float16 gradients still in w.grad), against the textbook 2 + 2 + 4 + 4 + 4 = 16 bytes per weight, in both
+directions. Before the
 first step the program asks scale() what it makes of a loss of 1: a scale() that does not multiply explains every
 check that fails after it (no overflow to skip, no scale to halve), and is named first.
 """

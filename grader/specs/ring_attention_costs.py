@@ -43,8 +43,9 @@ def visible(mine, theirs) -> list[tuple[int, int]]:
 
 
 def _merge(out, lse, tile_out, tile_lse):
-    total = torch.logaddexp(lse, tile_lse)
-    return torch.exp(lse - total) * out + torch.exp(tile_lse - total) * tile_out, total
+    """The merge the story states (its ops are what the budget counts), not written as an answer would be."""
+    both = torch.logaddexp(lse, tile_lse)
+    return torch.exp(lse - both) * out + torch.exp(tile_lse - both) * tile_out, both
 
 
 def _share(came) -> None:
@@ -63,24 +64,25 @@ def _share(came) -> None:
             for i, j in visible(mine, theirs):
                 o, l = attention_tile(queries[i], k.chunk(2, dim=-2)[j], v.chunk(2, dim=-2)[j], mine[i] == theirs[j])
                 outs[i], lses[i] = (o, l) if outs[i] is None else _merge(outs[i], lses[i], o, l)
-        out, lse = torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
+        out = torch.cat(outs, dim=-2)
+        lse = torch.cat(lses, dim=-2)
     out.requires_grad_()
     y = out.transpose(1, 2).reshape(B, TOKENS, D) @ wo
     y.backward(torch.ones_like(y))
     with torch.no_grad():
-        dq = torch.zeros_like(q)
+        grad_q = torch.zeros_like(q)
         pieces = [t.chunk(2, dim=-2) for t in (q, out, lse, out.grad)]
         for step in range(N):
             theirs = zigzag((-step) % N)
             dk, dv = torch.zeros_like(k), torch.zeros_like(v)
             for i, j in visible(mine, theirs):
-                grads = attention_tile_backward(pieces[0][i], k.chunk(2, dim=-2)[j], v.chunk(2, dim=-2)[j],
+                of_tile = attention_tile_backward(pieces[0][i], k.chunk(2, dim=-2)[j], v.chunk(2, dim=-2)[j],
                                                 pieces[1][i], pieces[2][i], pieces[3][i], mine[i] == theirs[j])
-                for grad, into, at in zip(grads, (dq, dk, dv), (i, j, j)):
+                for grad, into, at in zip(of_tile, (grad_q, dk, dv), (i, j, j)):
                     into.chunk(2, dim=-2)[at].add_(grad)
             dk += came[0]  # the travelling dK/dV from the left (the first step adds none; the end, its own block's)
             dv += came[1]
-    torch.autograd.backward([q, k, v], [dq, dk, dv])
+    torch.autograd.backward([q, k, v], [grad_q, dk, dv])
 
 
 @lru_cache(maxsize=None)

@@ -131,7 +131,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
             gc_was_enabled = gc.isenabled()
             gc.disable()
             tracker = ProcessTracker(rank, cost, [model.__file__], device, getattr(task, "harness_files", ()))
-            probe.install_process_tracker(lambda: tracker.ledger.current)
+            probe.install_process_tracker(lambda: tracker.ledger.current, lambda: len(tracker.ledger.timeline))
             default_device = torch.get_default_device() if device is not None else None
             try:
                 if device is not None:

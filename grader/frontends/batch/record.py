@@ -38,7 +38,7 @@ def dumps(value) -> bytes:
             t = x.detach().to("cpu").contiguous()
             if str(t.dtype) not in DTYPES:
                 raise TypeError(f"a tensor of {t.dtype}")
-            blobs.append(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            blobs.append(_raw_bytes(t))
             return {"t": len(blobs) - 1, "dtype": str(t.dtype), "shape": list(t.shape)}
         if isinstance(x, tuple):  # torch.Size included
             return {"u": [encode(v) for v in x]}
@@ -50,6 +50,14 @@ def dumps(value) -> bytes:
 
     header = json.dumps({"value": encode(value), "sizes": [len(b) for b in blobs]}, allow_nan=False).encode()
     return MAGIC + len(header).to_bytes(8, "big") + header + b"".join(blobs)
+
+
+def _raw_bytes(t: torch.Tensor) -> bytes:
+    """A contiguous tensor's bytes, copied without numpy: torch 2.2's numpy bridge fails under numpy 2."""
+    raw = bytearray(t.numel() * t.element_size())
+    if raw:
+        torch.frombuffer(raw, dtype=torch.uint8).copy_(t.reshape(-1).view(torch.uint8))
+    return bytes(raw)
 
 
 class RecordError(ValueError):

@@ -204,6 +204,10 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "send_splits = sent_counts.view(world, local).sum(1).tolist()",
                "send_splits is read off this rank's own counts, which the exchange does not change: computing it "
                "before the counts' all-to-all or after is the same"),
+    Equivalent("p14", "drop-clone", "grad = grad.clone()", "grad = grad",
+               "the gradient a norm weight's hook receives is fresh (rms_norm's last multiply made it), and each norm "
+               "weight is used once, so nothing else reads it: all-reducing it in place computes the same, with one "
+               "[d] buffer less (as p4's f); the activation memory, measured after the forward, is the same"),
     Equivalent("p10", "drop-free", "del grad_w1, grad_w2", "",
                "a layer's two full weight gradients then live until the next layer's backward rebinds them, beside "
                "the flat copy being reduce-scattered: +65,536 bytes at rank 0's peak, measured, the same makespan. "

@@ -5,11 +5,11 @@
     puzzles-standalone.ipynb  the same notebook carrying the package itself (standalone.py): one file that runs
                               in Colab or any Jupyter with torch, numpy and matplotlib, no repository, no network
 
-Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then the puzzles in two
-parts (PARTS: Part I, puzzles 1-8, Part II, puzzles 9-12, each opened by a heading cell with a short
-introduction), each puzzle with its story (the puzzle file's docstring, as markdown, ending with where to
-write), the stub in a code cell tagged with the puzzle id, and a check cell that grades the functions that cell
-defined and shows the result. Every cell has a stable id naming its role ("p3-story", "p3", "p3-check",
+Each is: an introduction, the install (or setup) cell, a short tour of the simulator, then the puzzles in
+parts (PARTS: Part I, puzzles 1-8, Part II, puzzles 9-12, Part III, puzzles 13 on, each opened by a heading cell
+with a short introduction), each puzzle with its story (the puzzle file's docstring, as markdown, ending with
+where to write), the stub in a code cell tagged with the puzzle id, and a check cell that grades the functions
+that cell defined and shows the result. Every cell has a stable id naming its role ("p3-story", "p3", "p3-check",
 "part-2"), which is how `build` finds the cells a learner edited (build.py) and how grading finds the answers
 when tags are lost (cells.py, which reads a notebook back).
 """
@@ -54,10 +54,11 @@ def colab_url(notebook: str = NOTEBOOK) -> str:
 
 INTRO = """# Training Puzzles
 
-Twelve puzzles about how large models are trained on many GPUs, in two parts. Part I (puzzles 1 to 8):
+Puzzles about how large models are trained on many GPUs, in three parts. Part I (puzzles 1 to 8):
 activation checkpointing, activation sharding, data parallel, tensor parallel, pipeline parallel (GPipe and
 1F1B), overlapping communication with compute, and ZeRO. Part II (puzzles 9 to 12): mixed precision with loss
-scaling, ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. The "GPUs" are simulated ranks in
+scaling, ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. Part III (puzzles 13 on): what
+training runs do today, on the transformer block. The "GPUs" are simulated ranks in
 this one process, but the tensors are real: every answer is checked for its values, its gradients, its memory
 and, where the puzzle is about time, its schedule.
 
@@ -141,11 +142,11 @@ precision and its 16 bytes per parameter (puzzle 9, after ZeRO's accounting in p
 parallel with prefetching (puzzle 10: ZeRO and overlap, puzzles 7 and 8, at once), data x pipeline x tensor
 parallelism on sub-groups of ranks (puzzle 11: puzzles 3, 4 and 6 at once), and mixture-of-experts with
 all-to-all (puzzle 12). Same rules as Part I: real tensors, a memory ledger and a clock."""),
-    Part("part-3", 13, 19, """# Part III: long sequences and the collectives underneath (puzzles 13 onwards)
+    Part("part-3", 13, 19, """# Part III: what training at scale runs today (puzzles 13 on)
 
-What training runs in 2026 add: the collectives written from point-to-point messages, the activations sharded
-along the sequence, and attention over a sequence no single rank holds (context parallelism: ring attention).
-Same rules as before: real tensors, a memory ledger and a clock."""),
+The machinery under the earlier parts, and what long sequences and large clusters add to it: the collectives
+themselves written from send and recv, and the ways of sharding the transformer block that 2026's training runs
+combine. Same rules: real tensors, a memory ledger and a clock; each budget a formula with its number."""),
 )
 
 

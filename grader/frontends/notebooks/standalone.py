@@ -2,9 +2,10 @@
 cell, and the few lines that unpack them onto sys.path.
 
 That makes puzzles-standalone.ipynb one file that runs wherever torch, numpy and matplotlib are installed (Colab
-has them): no repository, no pip, no network. What it carries is the Python of puzzles/ (less the learner's stubs
-pN_*.py: the notebook's own cells are the stubs) and of grader/, less the instructor's tools (../shipping.py);
-never solutions/ or tests/.
+has them): no repository, no pip, no network. Since no pip checks the kernel's torch either, the cell first runs
+torch_check.py's check, and stops there, saying what to install, when torch is missing or older than MIN_TORCH.
+What it carries is the Python of puzzles/ (less the learner's stubs pN_*.py: the notebook's own cells are the
+stubs) and of grader/, less the instructor's tools (../shipping.py); never solutions/ or tests/.
 
 The zip is built the same way every time (sorted names, fixed timestamps), and the cell records a digest of what
 it carries, so that `build --check` compares contents, not compressed bytes (which a different zlib may change).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import inspect
 import io
 import re
 import zipfile
@@ -25,6 +27,7 @@ from puzzles import sim
 
 from ..shipping import shipped
 from .cells import SETUP_MARK
+from .torch_check import MIN_TORCH, torch_problem
 
 GRADER_DIR = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/frontends/notebooks/standalone.py)
 PUZZLES_DIR = Path(sim.__file__).resolve().parent
@@ -45,7 +48,8 @@ def package_files() -> dict[str, bytes]:
 
 
 def contents_digest(files: dict[str, bytes]) -> str:
-    h = hashlib.sha256()
+    """What the cell carries and the code around it (so that a change to either makes `build --check` fail)."""
+    h = hashlib.sha256((SETUP + TORCH_CHECK).encode())
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     return h.hexdigest()[:16]
@@ -62,10 +66,19 @@ def package_zip(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+# First of all, too old a torch (or none) is said plainly, with what to do (torch_check.py).
+TORCH_CHECK = inspect.getsource(torch_problem) + f'''
+
+_problem = torch_problem("{MIN_TORCH}")  # the oldest torch the puzzles are tested on (pyproject.toml)
+if _problem:
+    raise RuntimeError(_problem)
+'''
+
 SETUP = '''{mark}: unpack this notebook's copy of the puzzles' package (run me first)
 # This cell carries the `puzzles` and `grader` packages (a zip, in base64) and puts them on sys.path, so that the
 # notebook needs no repository and no network, only torch, numpy and matplotlib. Nothing to edit here.
 # package contents: sha256 {digest}
+{torch_check}
 import base64, io, os, shutil, sys, tempfile, zipfile
 
 _PACKAGE = (
@@ -93,7 +106,7 @@ def setup_source(files: dict[str, bytes] | None = None) -> str:
     files = package_files() if files is None else files
     encoded = base64.b64encode(package_zip(files)).decode()
     payload = "\n".join(f'    "{encoded[i:i + 100]}"' for i in range(0, len(encoded), 100))
-    return SETUP.format(mark=SETUP_MARK, digest=contents_digest(files), payload=payload)
+    return SETUP.format(mark=SETUP_MARK, digest=contents_digest(files), torch_check=TORCH_CHECK, payload=payload)
 
 
 def embedded_files(source: str) -> dict[str, bytes]:
