@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grader.backends.scale.runner import predict  # noqa: E402
+from grader.backends.scale.runner import line_points, predict, predict_by_line  # noqa: E402
 from grader.specs.scale import formulas  # noqa: E402
 from grader.specs.scale.presets import MEGATRON, megatron  # noqa: E402
 
@@ -40,9 +40,13 @@ RESULTS = ROOT / "bench" / "scale_results.json"
 
 def run_megatron(name: str, mode: str, cluster: str = "a100") -> dict:
     cfg = megatron(name, mode).but(cluster=cluster)
-    if mode == "none":  # memory only: 2p microbatches hold as many in flight as all of them
-        cfg = cfg.but(global_batch=min(cfg.parallel.global_batch, 2 * cfg.parallel.pipeline * cfg.parallel.microbatch))
-    p = predict(cfg)
+    if mode == "none":  # memory only: the first stage holds as many microbatches in flight with m1 as with all
+        par = cfg.parallel
+        m1 = (line_points(cfg) or (par.microbatches,))[0]
+        cfg = cfg.but(global_batch=m1 * par.microbatch)
+        p = predict(cfg)
+    else:
+        p = predict_by_line(cfg)
     pub = MEGATRON[name][-1]
     first = p.memory[0]
     return {"model": name, "mode": mode, "cluster": cluster, "step_seconds": p.step_seconds,
@@ -56,6 +60,25 @@ def run_megatron(name: str, mode: str, cluster: str = "a100") -> dict:
             "figure1_weights_gib": pub.weights_and_optimizer_gib,
             "formula_weights": 18 * formulas.layer_weights_per_gpu(cfg),
             "peak": max(m["peak"] for m in p.memory), "mfu": p.mfu, "bubble": sum(p.bubble) / len(p.bubble),
+            "ranks": cfg.simulated_ranks, "ops": p.ops, "events": p.events, "wall": p.wall_seconds,
+            "cpu": p.cpu_seconds, "microbatches": cfg.parallel.microbatches,
+            "simulated_microbatches": list(p.line_through) or [cfg.parallel.microbatches]}
+
+
+def run_torchtitan() -> dict:
+    """torchtitan's Llama 3.1 8B on 8 H100s: tokens per second per GPU (the local batch's tokens over the step)
+    and the rank's peak memory, against docs/performance.md's Table 1."""
+    from grader.specs.scale.presets import TORCHTITAN_MEMORY_GIB, TORCHTITAN_TOKENS_PER_SECOND, torchtitan_llama8b
+
+    cfg = torchtitan_llama8b()
+    p = predict(cfg)
+    tokens = cfg.parallel.microbatch * cfg.model.seq  # one GPU's local batch
+    m = p.memory[0]
+    return {"model": "Llama 3.1 8B", "mode": "FSDP, selective (op)", "cluster": cfg.cluster,
+            "published_tokens": TORCHTITAN_TOKENS_PER_SECOND, "published_gib": TORCHTITAN_MEMORY_GIB,
+            "tokens_per_second": tokens / p.step_seconds, "step_seconds": p.step_seconds, "mfu": p.mfu,
+            "memory_gib": m["peak"] / GIB, "weights_gib": m["weights"] / GIB, "gradients_gib": m["gradients"] / GIB,
+            "optimizer_gib": m["optimizer"] / GIB, "activations_gib": m["activations"] / GIB,
             "ranks": cfg.simulated_ranks, "ops": p.ops, "events": p.events, "wall": p.wall_seconds,
             "cpu": p.cpu_seconds, "microbatches": cfg.parallel.microbatches}
 
@@ -129,12 +152,14 @@ def markdown(rows: list[dict], h100: list[dict]) -> str:
                    f"{r['weights_and_optimizer'] / GIB:.2f}; {r['middle_weights_and_optimizer'] / GIB:.2f} | "
                    f"{r['figure1_weights_gib']:.2f} | {r['peak'] / GIB:.1f} |")
     out.append("\n## What the largest runs cost to simulate\n")
-    out.append("| model | recomputation | microbatches | simulated ranks | ops | events | wall (s) | CPU (s) |")
-    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out.append("| model | recomputation | microbatches | simulated (microbatches) | simulated ranks | ops | events "
+               "| wall (s) | CPU (s) |")
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows + h100:
         if r["cluster"] == "a100-calculon":
             continue
-        out.append(f"| {r['model']} | {MODES.get(r['mode'], r['mode'])} | {r['microbatches']} | {r['ranks']} | "
+        simulated = " + ".join(str(m) for m in r.get("simulated_microbatches", [r["microbatches"]]))
+        out.append(f"| {r['model']} | {MODES.get(r['mode'], r['mode'])} | {r['microbatches']} | {simulated} | {r['ranks']} | "
                    f"{r['ops']:,} | {r['events']:,} | {r['wall']:.0f} | {r['cpu']:.0f} |")
     if h100:
         out.append(H100_SECTION)
@@ -205,6 +230,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=list(MEGATRON), help="these models only")
     parser.add_argument("--fit", action="store_true", help="find the fitted constant again and stop")
     parser.add_argument("--no-calculon", action="store_true", help="skip the runs with Calculon's curves")
+    parser.add_argument("--calculon-only", action="store_true", help="only the runs with Calculon's curves")
     parser.add_argument("--no-h100", action="store_true", help="skip torchtitan's Llama 3.1 8B")
     parser.add_argument("--merge", action="store_true", help="keep the results of runs not repeated now")
     args = parser.parse_args()
@@ -217,7 +243,8 @@ def main() -> int:
     rows = []
     for name in args.only or list(MEGATRON):
         for mode in ("seqsel", "full", "none"):
-            clusters = ["a100"] + ([] if args.no_calculon or mode == "none" else ["a100-calculon"])
+            clusters = (([] if args.calculon_only else ["a100"])
+                        + ([] if args.no_calculon or mode == "none" else ["a100-calculon"]))
             for cluster in clusters:
                 start = time.time()
                 r = run_megatron(name, mode, cluster)
@@ -227,10 +254,10 @@ def main() -> int:
                       f"{r['ops']:,} ops in {time.time() - start:.0f} s", file=sys.stderr, flush=True)
                 RESULTS.write_text(json.dumps({"rows": list(done.values())}, indent=1))
     h100 = []
+    if args.merge and RESULTS.exists():
+        h100 = json.loads(RESULTS.read_text()).get("h100", [])
     if not args.no_h100:
-        from grader.specs.scale.llama import torchtitan_llama8b_run
-
-        h100 = [torchtitan_llama8b_run()]
+        h100 = [run_torchtitan()]
     order = {name: i for i, name in enumerate(MEGATRON)}
     rows = sorted(done.values(), key=lambda r: (order[r["model"]], ["seqsel", "full", "none"].index(r["mode"]),
                                                  r["cluster"]))

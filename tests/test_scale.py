@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from grader.backends.scale.fast_meta import MEMOIZED, remembered_meta_kernels
-from grader.backends.scale.runner import placement, predict
+from grader.backends.scale.runner import line_points, placement, predict, predict_by_line
 from grader.specs.scale import formulas
 from grader.specs.scale.config import Config, Model, Parallel
 from grader.specs.scale.presets import megatron, presets
@@ -42,7 +42,7 @@ S, B, H, A, V = 64, 2, 32, 4, 128  # sequence, microbatch, hidden, heads, vocabu
 
 
 def tiny(layers=2, **parallel) -> Config:
-    extra = {k: parallel.pop(k) for k in ("recompute", "dropout") if k in parallel}
+    extra = {k: parallel.pop(k) for k in ("recompute", "dropout", "simulate_tensor_ranks") if k in parallel}
     return Config(Model("tiny", layers=layers, hidden=H, heads=A, seq=S, vocab=V), Parallel(**parallel),
                   **{"dropout": 0.0, **extra})
 
@@ -130,6 +130,30 @@ def test_remembered_meta_kernels_change_nothing_but_the_time_they_take():
     x = torch.empty(3, 5, device="meta", dtype=torch.float16)
     assert torch.nn.functional.layer_norm(x, (5,)).shape == (3, 5)
     assert all(not isinstance(op.py_kernels.get(torch._C.DispatchKey.Meta), type(None)) for op in MEMOIZED[:3])
+
+
+@pytest.mark.parametrize("virtual, tensor, sp", [(1, 2, True), (2, 1, False)])
+def test_the_line_through_two_runs_is_the_full_run_tick_for_tick(virtual, tensor, sp):
+    """bench/SCALE.md's large runs simulate m1 and m2 microbatches and read m off the line through them: on the
+    A100 cluster (messages cost time, the stages differ: the embedding and the head), with 1F1B and the
+    interleaved schedule, the line is the full run's step, busy time, FLOPs and memory exactly."""
+    m = 9 if virtual == 1 else 14  # past m1 + m2, and not on a multiple of p for 1F1B
+    cfg = tiny(layers=4, tensor=tensor, pipeline=2, virtual=virtual, microbatch=B, global_batch=B * m,
+               sequence_parallel=sp, recompute="selective", simulate_tensor_ranks="all")
+    assert line_points(cfg) == ((2, 4) if virtual == 1 else (4, 6))
+    full, line = predict(cfg), predict_by_line(cfg)
+    assert line.line_through and not full.line_through
+    assert (line.makespan, line.flops, line.memory) == (full.makespan, full.flops, full.memory)
+    assert [round(b, 12) for b in line.bubble] == [round(b, 12) for b in full.bubble]
+    assert line.time_by_class == full.time_by_class
+    assert line.ops < full.ops
+
+
+def test_the_line_is_not_drawn_where_it_saves_nothing():
+    assert line_points(tiny(layers=2, pipeline=2, microbatch=B, global_batch=B * 6)) is None  # m = p + 2p
+    assert line_points(megatron("22B", "seqsel")) is None  # one stage
+    assert line_points(megatron("1T", "full")) == (64, 128)
+    assert line_points(megatron("530B", "full")) == (70, 105)
 
 
 def test_the_interleaved_schedule_is_megatrons():

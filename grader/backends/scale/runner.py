@@ -72,6 +72,9 @@ class Prediction:
     cpu_seconds: float
     result: object = field(repr=False, default=None)  # the SimResult
     answer_notes: list = field(default_factory=list)  # which parts of the step were the learner's
+    # (m1, m2) when the step at m microbatches is read off the line through runs of m1 and m2 (predict_by_line);
+    # then ops, events, wall and CPU are the two runs' together, and `result` is the run of m2
+    line_through: tuple = ()
 
     @property
     def step_ticks(self) -> int:
@@ -133,3 +136,43 @@ def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0,
     return Prediction(cfg, result.makespan, dp_allreduce_ticks(cfg, figures[0].gradients, cost), memory, bubble,
                       time_by_class, tally_rank, list(result.flops), sum(e.ops for e in compute_events),
                       len(result.events), wall, cpu, result, list(answer_notes))
+
+
+def line_points(cfg: Config) -> tuple[int, int] | None:
+    """The two microbatch counts whose simulated steps give the step of cfg's m microbatches by a straight line,
+    or None when simulating m itself costs no more. Once the pipeline has filled, the 1F1B schedule repeats the
+    same forward-backward period on every stage for each further microbatch (the interleaved schedule for each
+    further group of p), so the makespan, each rank's busy time, its FLOPs and its time by class grow by the
+    same amount per microbatch, and the first stage holds as many microbatches in flight (its activations are
+    the same). From m = p on for 1F1B; from m = 2p for the interleaved schedule, whose m = p runs every forward
+    first (tests/test_scale.py holds the line to the full run, tick for tick)."""
+    par = cfg.parallel
+    p = par.pipeline
+    points = (p, 2 * p) if par.virtual == 1 else (2 * p, 3 * p)
+    if p == 1 or cfg.data_parallel == "fsdp" or par.microbatches <= sum(points):  # no cheaper
+        return None
+    return points
+
+
+def predict_by_line(cfg: Config, **kwargs) -> Prediction:
+    """predict(cfg), simulating m1 and m2 microbatches (line_points) instead of all m of them when that is
+    cheaper: the step and the figures that grow with m are read off the line through the two runs."""
+    points = line_points(cfg)
+    if points is None:
+        return predict(cfg, **kwargs)
+    par = cfg.parallel
+    m1, m2 = points
+    a, b = (predict(cfg.but(global_batch=m * par.microbatch * par.data), **kwargs) for m in points)
+    m = par.microbatches
+
+    def line(x, y):  # exact: the runs differ by (m2 - m1) equal periods
+        return x + (y - x) * (m - m1) // (m2 - m1)
+
+    makespan = line(a.makespan, b.makespan)
+    busy = [line(a.result.busy_ticks(r), b.result.busy_ticks(r)) for r in range(cfg.simulated_ranks)]
+    by_class = {kind: {k: line(a.time_by_class[kind].get(k, 0), v) for k, v in b.time_by_class[kind].items()}
+                for kind in b.time_by_class}
+    return Prediction(cfg, makespan, b.dp_allreduce_ticks, b.memory, [1 - t / makespan for t in busy], by_class,
+                      b.tally_rank, [line(x, y) for x, y in zip(a.flops, b.flops)], a.ops + b.ops,
+                      a.events + b.events, a.wall_seconds + b.wall_seconds, a.cpu_seconds + b.cpu_seconds,
+                      b.result, b.answer_notes, line_through=points)
