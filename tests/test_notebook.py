@@ -223,3 +223,15 @@ def test_a_notebooks_experiments_at_module_level_cost_nothing(tmp_path):
     path = write(nb, tmp_path / "experiments.ipynb")
     results = grade_target(path, ["p1", "p3", "p8"], seed=2)
     assert [r.status for r in results] == [PASS] * 3, [(r.id, r.error) for r in results]
+
+
+def test_the_at_scale_section_follows_part_three_and_is_no_learners_cell(tmp_path):
+    nb = build_notebook(ROOT)
+    ids = [c.get("id") for c in nb.cells]
+    assert ids[-2:] == ["at-scale-text", "at-scale"] and ids.index("part-3") < ids.index("at-scale-text")
+    assert "What the prediction leaves out" in cell(nb, "at-scale-text").source
+    assert "at_scale(globals())" in cell(nb, "at-scale").source
+    from grader.frontends.notebooks.cells import learner_cells
+
+    cell(nb, "at-scale")["id"] = "renamed"  # recognised by its first line too, when ids are lost
+    assert not [c for c in learner_cells(nb)[0] if "at_scale" in c.source]

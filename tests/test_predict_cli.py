@@ -183,3 +183,29 @@ def test_a_learners_sequence_parallel_pair_runs_where_the_default_group_is_the_s
     pipelined = megatron("175B", "seqsel")
     ops, notes = learner_ops(pipelined, folder=tmp_path)
     assert ops is None and "--pipeline 1" in notes[0]
+
+
+def test_puzzle_14s_reference_runs_at_scale_though_it_makes_its_buffers_without_a_device():
+    """p14's reference allocates its collectives' buffers with torch.empty(shape, dtype=...): on the CPU, forward
+    and backward. At scale they are meta tensors (else a collective copies meta values into real memory)."""
+    staged = megatron("175B", "seqsel").but(layers=2, pipeline=1, virtual=1, global_batch=1,
+                                            simulate_tensor_ranks="all")
+    ops, notes = learner_ops(staged, folder=REPO / "solutions")
+    assert ops is not None, notes
+    theirs, ours = predict(staged, ops=ops), predict(staged)
+    # p14's reference keeps each product's gathered input (Megatron gathers it again in backward)
+    assert theirs.memory[0]["layer_activations"] > ours.memory[0]["layer_activations"]
+
+
+def test_the_notebooks_at_scale_section_runs_the_learners_answers_or_says_whose_ran():
+    from grader.frontends.at_scale import run_at_scale, sequence_parallel_config, three_d_config
+
+    three_d, sp = three_d_config(), sequence_parallel_config()
+    assert (three_d.model.hidden, three_d.model.layers, three_d.parallel.gpus) == (12288, 96, 64)  # GPT-3 175B
+    assert sp.parallel.sequence_parallel and sp.simulated_ranks == 8 and sp.model.hidden == 12288
+    runs = run_at_scale(folder=REPO / "solutions")
+    assert [("CopyToTPGroup" in p.answer_notes[0], "GatherFromSequenceParallel" in p.answer_notes[0])
+            for _, p in runs] == [(True, False), (False, True)]
+    assert "your puzzle 11's" in runs[0][1].answer_notes[0] and "your puzzle 14's" in runs[1][1].answer_notes[0]
+    # no recomputation at GPT-3's size: the first stage's memory is over the A100's 80 GB
+    assert runs[0][1].memory[0]["peak"] > 80 * 2**30 > runs[1][1].memory[0]["peak"]

@@ -65,6 +65,7 @@ def learner_ops(cfg: Config, folder: Path | None = None, namespace: dict | None 
                           "the reference's sequence parallelism runs"]
         gather, scatter = found["GatherFromSequenceParallel"], found["ReduceScatterToSequenceParallel"]
         problem = _probe_sequence(gather, scatter)
+        gather, scatter = on_device_of_input(gather), on_device_of_input(scatter)
         if problem:
             return None, [f"your puzzle 14's operators {problem}: the reference's sequence parallelism runs"]
         ops = LayerOps(gather=lambda x, tp: gather.apply(x.transpose(0, 1), tp.dist).transpose(0, 1),
@@ -78,6 +79,7 @@ def learner_ops(cfg: Config, folder: Path | None = None, namespace: dict | None 
                       "parallelism runs"]
     f, g = found["CopyToTPGroup"], found["ReduceFromTPGroup"]
     problem = _probe_tensor(f, g)
+    f, g = on_device_of_input(f), on_device_of_input(g)
     if problem:
         return None, [f"your puzzle 11's f and g {problem}: the reference's tensor parallelism runs"]
     return (LayerOps(copy_to=lambda x, tp: f.apply(x, tp.dist, tp.group),
@@ -85,6 +87,30 @@ def learner_ops(cfg: Config, folder: Path | None = None, namespace: dict | None 
             ["your puzzle 11's CopyToTPGroup (f) and ReduceFromTPGroup (g) are the tensor-parallel operators of "
              "every layer; the model, pipeline schedule and optimizer are the reference's (your three_d_step is an "
              "MLP with GPipe at the puzzle's sizes)"])
+
+
+def on_device_of_input(function):
+    """The learner's autograd.Function with its forward and backward run under the device of their first tensor
+    as torch's default. A puzzle answer makes its buffers with torch.empty(shape, dtype=...) and no device (the
+    puzzles' references do): at scale they must be meta tensors too (on the CPU they would be real gigabytes, and
+    a collective cannot copy meta values into them). A default set around the step would not reach the backward,
+    which autograd's engine runs outside it."""
+    if function.setup_context is not torch.autograd.Function.setup_context:
+        return function  # forward without ctx: left as it is
+
+    class OnDeviceOfInput(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *args):
+            with torch.device(x.device):
+                return function.forward(ctx, x, *args)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            with torch.device(next(g.device for g in grads if g is not None)):
+                return function.backward(ctx, *grads)
+
+    OnDeviceOfInput.__name__ = OnDeviceOfInput.__qualname__ = function.__name__
+    return OnDeviceOfInput
 
 
 def _run_probe(fn) -> str | None:
