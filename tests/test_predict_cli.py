@@ -51,6 +51,21 @@ def test_predict_json_holds_the_figures(capsys):
     assert set(data["memory"][0]) >= {"weights", "gradients", "optimizer", "activations", "layer_activations", "peak"}
 
 
+def test_a_long_pipeline_is_read_off_the_line_unless_every_microbatch_is_asked_for(capsys):
+    """m = 8 on p = 2: runs of 2 and 4 microbatches, the same step as all 8 (the line is exact)."""
+    many = [*SMALL[:-2], "--global-batch", "8", "--json"]
+    code, out, err = run_cli(capsys, *many)
+    assert code == 0, err
+    line = json.loads(out)
+    code, out, err = run_cli(capsys, *many, "--every-microbatch")
+    assert code == 0, err
+    every = json.loads(out)
+    assert (line["line_through"], every["line_through"]) == ([2, 4], [])
+    assert line["step_seconds"] == every["step_seconds"] and line["memory"] == every["memory"]
+    code, out, err = run_cli(capsys, *many[:-1])
+    assert "runs of 2 and 4 microbatches: the step of 8 is read off the line" in out
+
+
 def test_an_impossible_configuration_is_a_usage_error(capsys):
     code, out, err = run_cli(capsys, *SMALL[:-2], "--global-batch", "3", "--virtual", "2")
     assert code == 2 and "cannot run" in err

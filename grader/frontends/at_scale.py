@@ -51,9 +51,17 @@ def run_at_scale(namespace: dict | None = None, folder: Path | None = None) -> l
 def at_scale(namespace: dict | None = None, folder: Path | None = None, plots: bool = True) -> None:
     """Print each run's report (predict.py's: step time, MFU, memory by kind, time by class) and, in a notebook,
     show the 3-D run's memory and schedule."""
+    import torch
+
     from .predict import as_result, report
 
-    runs = run_at_scale(namespace, folder)
+    try:
+        runs = run_at_scale(namespace, folder)
+    except Exception as exc:  # torch's meta kernels differ between releases: say so rather than fail the notebook
+        print(f"The prediction could not run on this torch ({torch.__version__}): {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}\nIt is developed on torch 2.13 "
+              f"(docs/development.md, 'Which torch').")
+        return
     for title, p in runs:
         print(f"==== {title}\n{report(p)}\n")
     if not plots:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from puzzles.simulator.cluster import CLUSTERS
 
-from ..backends.scale.runner import Prediction, predict
+from ..backends.scale.runner import Prediction, predict, predict_by_line
 from ..core.result import PuzzleResult
 from ..specs.scale import formulas
 from ..specs.scale.config import RECOMPUTE, Config, Model, Parallel
@@ -61,6 +61,10 @@ def add_predict_parser(sub, command) -> None:
                         "of a replica is a simulated rank (t times the work)")
     p.add_argument("--answer", metavar="FOLDER", help="a folder of your puzzle files (puzzles/): your p11's f and "
                                                        "g, your p14's sequence-parallel pair, where they can run")
+    p.add_argument("--every-microbatch", dest="every_microbatch", action="store_true",
+                   help="simulate all m microbatches; by default a pipeline of many simulates m1 and m2 (p and 2p, "
+                        "or 2p and 3p interleaved) and reads the step off the line through them: the same "
+                        "figures, tick for tick (tests/test_scale.py), in a fraction of the time")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.add_argument("--trace", metavar="FILE.json", help="write the step's timeline as Chrome trace-event JSON")
     p.add_argument("--plots", metavar="DIR", help="write the memory and schedule plots here (PNG)")
@@ -111,7 +115,7 @@ def cmd_predict(args) -> int:
 
         ops, notes = learner_ops(cfg, folder=folder)
     print(f"simulating {cfg.simulated_ranks} rank(s) on meta tensors ...", file=sys.stderr)
-    prediction = predict(cfg, ops=ops, answer_notes=notes)
+    prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes)
     if args.json:
         print(json.dumps(to_dict(prediction, notes), indent=1))
     else:
@@ -168,6 +172,11 @@ def report(p: Prediction, notes=()) -> str:
     lines = [describe_config(cfg), ""]
     lines.append(f"simulated {p.ops:,} ops in {p.wall_seconds:.0f} s ({p.cpu_seconds:.0f} s of CPU), "
                  f"{p.events:,} events on the clock")
+    if p.line_through:
+        m1, m2 = p.line_through
+        lines.append(f"(runs of {m1} and {m2} microbatches: the step of {cfg.parallel.microbatches} is read off the "
+                     f"line through them, each further microbatch adding the same period; the trace and plots "
+                     f"show the run of {m2}; --every-microbatch simulates all)")
     step = f"step time        {p.step_seconds:9.3f} s"
     if p.dp_allreduce_ticks:
         step += f"   (of which the data-parallel all-reduce, by formula: {p.dp_allreduce_ticks / 1e9:.3f} s)"
@@ -214,6 +223,7 @@ def to_dict(p: Prediction, notes=()) -> dict:
             "formula_activation_bytes": float(formulas.activation_bytes(p.config)),
             "simulated_ranks": p.config.simulated_ranks, "ops": p.ops, "events": p.events,
             "wall_seconds": p.wall_seconds, "cpu_seconds": p.cpu_seconds, "notes": list(notes),
+            "line_through": list(p.line_through),
             "answer": list(p.answer_notes)}
 
 
