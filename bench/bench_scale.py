@@ -176,11 +176,12 @@ def markdown(rows: list[dict], h100: list[dict], line_check: dict | None = None)
         if r["cluster"] == "a100-calculon":
             continue
         simulated = " + ".join(str(m) for m in r.get("simulated_microbatches", [r["microbatches"]]))
-        out.append(f"| {r['model']} | {MODES.get(r['mode'], r['mode'])} | {r['microbatches']} | {simulated} | {r['ranks']} | "
-                   f"{r['ops']:,} | {r['events']:,} | {r['wall']:.0f} | {r['cpu']:.0f} |")
+        out.append(f"| {r['model']} | {MODES.get(r['mode'], r['mode'])} | {r['microbatches']} | {simulated} | "
+                   f"{r['ranks']} | {r['ops']:,} | {r['events']:,} | {r['wall']:.0f} | {r['cpu']:.0f} |")
     if line_check:
         c = line_check
-        same = "the same" if (c["every_ticks"], c["every_memory"]) == (c["line_ticks"], c["line_memory"]) else "NOT the same"
+        agree = (c["every_ticks"], c["every_memory"]) == (c["line_ticks"], c["line_memory"])
+        same = "the same" if agree else "NOT the same"
         out.append(f"\nThe line checked at full size: 175B with SP + selective, all 64 microbatches simulated, "
                    f"{c['every_ticks']:,} ticks ({c['every_ops']:,} ops, {c['every_wall']:.0f} s wall, "
                    f"{c['every_cpu']:.0f} s CPU); read off the line through {c['line_through'][0]} and "
