@@ -44,6 +44,7 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/op_costs.py     what each op costs: its FLOPs and bytes
     simulator/tally.py        what a piece of code costs, outside a run
     simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
+    simulator/filesystem.py   a disk every rank and every run of a job shares, and a rank that dies (checkpoints)
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
@@ -67,7 +68,9 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     TimeLimitError           a rank computes too long without communicating (an endless loop)
 
 Each error is a rank's own: the other ranks run on until they return, raise or wait for it, and the report says
-whether every rank raised it. The differential corpus (tests/corpus/, bench/CORPUS.md) holds all of this to gloo.
+whether every rank raised it. One more is no mistake: RankCrashed, a rank that died at a failure a harness injected
+(simulator/filesystem.py); a dead rank's dist and disk calls raise it again. The differential corpus (tests/corpus/,
+bench/CORPUS.md) holds all of this to gloo.
 """
 
 from __future__ import annotations
@@ -77,13 +80,14 @@ from dataclasses import dataclass
 
 from .simulator.clock import Event
 from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
+from .simulator.filesystem import CrashPoint, Disk, DiskProfile
 from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, DeadlockError, HiddenMemoryError,
                               InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
-                              ProcessGroup, RankThreadError, ReduceOp, SimError, TimeLimitError, UnmatchedError,
-                              UnwaitedWorkError, Work, WorkError)
+                              ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError, TimeLimitError,
+                              UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
@@ -92,6 +96,7 @@ __all__ = [
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
     "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
+    "Disk", "DiskProfile", "CrashPoint", "RankCrashed",
 ]
 
 

@@ -5,6 +5,7 @@ paths the instructor uses (the worst case), and records what it managed in a way
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from grader.frontends.targets import REPO
@@ -55,6 +56,39 @@ if _os.fork() == 0:
         finally:
             _time.sleep(600)
     _os._exit(0)
+'''
+
+
+def killer(marker: str) -> str:
+    """A double-forked, setsid'd daemon that kills the puzzle's warden and the worker's zygote (it can where the
+    learner's code runs as the batch's own uid: `process` mode), then sleeps: orphaned past both, it must still
+    die with the batch (the batch's parent is a subreaper)."""
+    return f'''
+import os as _os, time as _time
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{{pid}}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return 0
+_warden = _parent_of(_os.getpid())
+_zygote = _parent_of(_warden) if _warden > 1 else 0
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        try:
+            _ct = __import__('ct' + 'ypes')
+            _ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)
+            for _pid in (_warden, _zygote):
+                if _pid > 1:
+                    try:
+                        _os.kill(_pid, 9)
+                    except OSError:
+                        pass
+        finally:
+            _time.sleep(600)
+    _os._exit(0)
+_time.sleep(1)  # (the daemon's work is done before this puzzle goes on)
 '''
 
 
@@ -145,6 +179,63 @@ for _obj in getattr(_gc, "get_" + "objects")():
         _obj.peak = 8
 '''
     fake = "\\x1b[2K\\r[9/9] alice: 8 passed, 0 failed, 0 errors, 0 not attempted (FAKE-PROGRESS)\\x1b[31m"
+    # Forgers: each rewrites its own record as it leaves the process (every event's times halved, the makespan
+    # made consistent), or makes the comparison read 0, from the import on, naming no grader internal.
+    halve = '''
+def _halve(obs):
+    for e in obs["events"]:
+        e["start"] //= 2
+        e["end"] //= 2
+    obs["makespan"] = max((e["end"] for e in obs["events"]), default=0)
+'''
+    os_write = halve + '''
+import json as _json, os as _os
+_real_write = _os.write
+def _write(fd, data):
+    b = bytes(data)
+    if b[:8] == b"GRADREC1":  # the record: decode the header, halve, encode again
+        n = int.from_bytes(b[8:16], "big")
+        head = _json.loads(b[16:16 + n])
+        pairs = dict((k, v) for k, v in head["value"]["m"])
+        if isinstance(pairs.get("observation"), dict):
+            obs = {k: v for k, v in pairs["observation"]["m"]}
+            obs["events"] = [{k: v for k, v in e["m"]} for e in obs["events"]]
+            _halve(obs)
+            obs["events"] = [{"m": [[k, v] for k, v in e.items()]} for e in obs["events"]]
+            pairs["observation"] = {"m": [[k, v] for k, v in obs.items()]}
+            head["value"] = {"m": [[k, v] for k, v in pairs.items()]}
+        new = _json.dumps(head).encode()
+        _real_write(fd, b[:8] + len(new).to_bytes(8, "big") + new + b[16 + n:])
+        return len(b)
+    return _real_write(fd, data)
+_os.write = _write
+'''
+    profile = halve + '''
+import sys as _sys
+def _hook(frame, event, arg):  # sees every call; rewrites the record it is handed on its way out
+    if event == "call" and frame.f_code.co_name in ("dumps", "record_bytes"):
+        value = frame.f_locals.get("value", frame.f_locals.get("record"))
+        if isinstance(value, dict) and isinstance(value.get("observation"), dict):
+            _halve(value["observation"])
+getattr(_sys, "set" + "profile")(_hook)
+'''
+    kernel = '''
+import torch as _torch
+_lib = _torch.library.Library("aten", "IMPL")
+_lib.impl("max", lambda t: _torch.zeros((), dtype=t.dtype), "CPU")  # every max the comparison takes reads 0
+'''
+    record_grader_error = '''
+import json as _json, os as _os
+_head = _json.dumps({"value": {"m": [["status", "grader_error"], ["findings", []],
+                                     ["error", "the grader crashed, not your answer's fault"]]}, "sizes": []}).encode()
+for _fd in _os.listdir("/proc/self/fd"):
+    try:
+        if _os.readlink(f"/proc/self/fd/{_fd}").startswith("pipe:") and int(_fd) > 2:
+            _os.write(int(_fd), b"GRADREC1" + len(_head).to_bytes(8, "big") + _head)
+    except OSError:
+        pass
+_os._exit(0)
+'''
     return {
         "alice": {},
         "bob": {p: naive(p) for p in PUZZLES},
@@ -160,7 +251,9 @@ for _obj in getattr(_gc, "get_" + "objects")():
         "looper": {"p3": in_function(solution("p3"), "data_parallel_step", "while True:\n    pass")},
         "hog": {"p3": in_function(solution("p3"), "data_parallel_step",
                                   "import torch\nhog = torch.empty(2**36, dtype=torch.float64)"),
-                "p4": in_function(solution("p4"), "tp_forward", "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))")},
+                "p4": in_function(solution("p4"), "tp_forward", "hog = [bytes(1 << 30) for _ in range(64)]")},
+        # (each hog asks for its memory at once, without touching it: a hog that filled 64 MiB at a time had not
+        # reached its limit within 10 s on a busy machine)
         "liar": {"p1": f"import sys\nprint('{fake}', file=sys.stderr, flush=True)\nprint('{fake}', flush=True)\n"
                        "raise ValueError('\\x1b[2Jcleared your screen')\n"},
         "env_reader": {"p3": "import os\nraise RuntimeError('ENV ' + ' '.join(sorted(os.environ)))\n"},
@@ -168,6 +261,14 @@ for _obj in getattr(_gc, "get_" + "objects")():
         "tamper_ledger": {"p1": ledger + naive("p1")},
         "tamper_cost": {"p7": cost + naive("p7")},
         "tamper_observe": {"p3": observe + naive("p3")},
+        "forger": {"p7": os_write + naive("p7"), "p3": profile + naive("p3"), "p4": kernel + naive("p4"),
+                   "p1": record_grader_error + naive("p1")},
+        "exit70": {"p1": "import os\nos._exit(70)\n" + solution("p1")},
+        "lingerer": {"p3": "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+                           + solution("p3")},  # a thread alive as the record is made could rewrite it
+        "tempfile_user": {"p3": "import tempfile\nwith tempfile.TemporaryDirectory() as _d, "
+                                "tempfile.NamedTemporaryFile(dir=_d) as _f:\n    _f.write(b'scratch')\n"
+                                + solution("p3")},
         "tamper_world": {"p1": naive("p1") + "\n_real_backward = checkpointed_backward\n\n\n"
                          "def checkpointed_backward(saved, layers, k, grad_y):\n"
                          "    grads = _real_backward(saved, layers, k, grad_y)\n"
@@ -185,11 +286,13 @@ def write_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[
     return attacks
 
 
-def survivors(marker: str, uids=range(2_000_000_000, 2_000_000_016)) -> list[str]:
-    """Processes alive now that a submission started: named by the marker, or running as a sandbox uid."""
+def survivors(marker: str) -> list[str]:
+    """Processes alive now that a submission started: every process an attack starts carries the marker, in its
+    name (/proc/PID/comm) or its command line. (Not "every process of a sandbox uid": on a shared machine another
+    batch's puzzles run as those uids too.)"""
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or entry.name == str(os.getpid()):
             continue
         try:
             comm = (entry / "comm").read_text().strip()
@@ -198,6 +301,6 @@ def survivors(marker: str, uids=range(2_000_000_000, 2_000_000_016)) -> list[str
                            if line.startswith("Uid:")))
         except (OSError, StopIteration):
             continue
-        if comm.startswith(marker[:15]) or marker in cmdline or uid in uids:
+        if comm.startswith(marker[:15]) or marker in cmdline:
             found.append(f"{entry.name} uid {uid} {comm}: {cmdline[:120]}")
     return found

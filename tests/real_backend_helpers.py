@@ -23,3 +23,19 @@ def rank_dies(dist):
 def ranks_mismatch(dist):
     dist.all_reduce(torch.ones(3 + dist.get_rank()))
     return {}
+
+
+def receive_then_add(dist):
+    """Rank 1 receives into a buffer, then adds to it in place; then a reduce_scatter_tensor, whose result gloo
+    copies into the output inside wait(). The clock must charge the add_ (the learner's) and not that copy_ (gloo's
+    delivery)."""
+    rank = dist.get_rank()
+    buf = torch.zeros(64, dtype=torch.float64)
+    if rank == 0:
+        dist.isend(torch.ones(64, dtype=torch.float64), 1).wait()
+    else:
+        dist.irecv(buf, 0).wait()
+        buf.add_(1.0)
+    out = torch.empty(32, dtype=torch.float64)
+    dist.reduce_scatter_tensor(out, torch.ones(64, dtype=torch.float64), async_op=True).wait()
+    return buf, out

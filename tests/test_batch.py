@@ -38,32 +38,40 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     shutil.copytree(ROOT / "tests" / "naive", subs / "bob")
     nbformat.write(build_notebook(ROOT, solved=True), str(subs / "carol.ipynb"))
     nbformat.write(build_notebook(ROOT, solved=False), str(subs / "cora.ipynb"))
+    spaced = build_notebook(ROOT, solved=True)  # a line of a megabyte of spaces: the parent once read it for hours
+    cell = next(c for c in spaced.cells if "p3" in c.get("metadata", {}).get("tags", []))
+    cell.source += "\n" + " " * 1_000_000 + "\n"
+    nbformat.write(spaced, str(subs / "spaced.ipynb"))
     for name, source in (("dave", HANG), ("erin", HOG), ("frank", CRASH), ("gina", GARBAGE)):
         (subs / name).mkdir()
         (subs / name / "p3_data_parallel.py").write_text(source)
     (subs / "notes.txt").write_text("not a submission")
     (subs / "broken.ipynb").write_text('{"cells": [')
     progress = io.StringIO()
-    rows = batch.run_batch(subs, 4, 10, 3000, ["p3"], jobs=2, progress=progress)
+    # 30 s a puzzle: generous for the honest ones on a busy machine (10 s once proved too short for naive p3);
+    # dave, the deliberate hang, uses it up on one job while the other grades the rest.
+    rows = batch.run_batch(subs, 4, 30, 3000, ["p3"], jobs=2, progress=progress)
 
     assert [r["name"] for r in rows] == sorted(p.name for p in subs.iterdir())  # one row per item, folder order
     assert all(set(r) == {"name", "kind", "error", "puzzles", "seconds", "flags", "graded", "note", "items"}
                for r in rows)
     by = {r["name"]: r for r in rows}
     assert {n: r["kind"] for n, r in by.items() if r["kind"] != "folder"} == {
-        "carol.ipynb": "notebook", "cora.ipynb": "notebook", "notes.txt": "stray", "broken.ipynb": "broken"}
+        "carol.ipynb": "notebook", "cora.ipynb": "notebook", "spaced.ipynb": "notebook", "notes.txt": "stray",
+        "broken.ipynb": "broken"}
     assert by["notes.txt"]["error"].startswith("not a submission") and by["notes.txt"]["puzzles"] == []
     assert by["broken.ipynb"]["error"].startswith("could not read the notebook: ")
     assert "\n" not in by["broken.ipynb"]["error"] and "Traceback" not in by["broken.ipynb"]["error"]
     p3 = {n: r["puzzles"][0] for n, r in by.items() if r["puzzles"]}
     assert {n: p.status for n, p in p3.items()} == {
-        "alice": "pass", "bob": "fail", "carol.ipynb": "pass", "cora.ipynb": "not_attempted", "dave": "error",
+        "alice": "pass", "bob": "fail", "carol.ipynb": "pass", "cora.ipynb": "not_attempted",
+        "spaced.ipynb": "pass", "dave": "error",
         "erin": "error", "frank": "error", "gina": "error"}
-    assert p3["dave"].error.startswith("stopped after 10 s: an endless loop, or a wait that never ends?")
+    assert p3["dave"].error.startswith("stopped after 30 s: an endless loop, or a wait that never ends?")
     assert p3["erin"].error.startswith("ran out of memory (the limit is 3000 MiB") and "allocate" in p3["erin"].error
     assert "exit status 3" in p3["frank"].error and "garbage garbage" in p3["frank"].error
     assert all(r["error"] == "" for n, r in by.items() if r["kind"] in ("folder", "notebook"))
-    assert "[10/10]" in progress.getvalue()  # progress, as it goes
+    assert "[11/11]" in progress.getvalue()  # progress, as it goes
 
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
     class_report.write_reports(rows, 4, ["p3"], csv_path=out, json_path=js)
@@ -103,7 +111,8 @@ def _framed(record) -> bytes:
 
 
 def _verdict(spec, payload, seed=3):
-    reply = {"puzzle": spec.id, "timed_out": False, "exit": 0, "signal": None, "too_big": False, "output": ""}
+    reply = {"puzzle": spec.id, "timed_out": False, "exit": 0, "signal": None, "too_big": False, "jailed": True,
+             "output": ""}
     return verdict(spec, reply, payload, seed, 10, 1000)
 
 
@@ -162,9 +171,63 @@ def test_findings_make_the_puzzle_an_error_and_go_to_the_flags():
     assert flags == ["p3: tampering: grader.core.grading.grade_observation was replaced"]
 
 
+def test_a_record_cannot_claim_a_grader_failure():
+    """Only the parent decides a grader failure: "not your answer's fault" is not the puzzle's process's to say."""
+    data = record_bytes({"status": "grader_error", "findings": [], "error": "the grader crashed, not your fault"})
+    result, flags = _verdict(SPECS["p3"], data)
+    assert result.status == "error" and "malformed record (no status)" in result.error, result.error
+    assert flags == ["p3: malformed record (no status)"]
+
+
+def test_an_exit_status_after_the_jail_is_entered_is_the_learners():
+    spec = SPECS["p3"]
+    reply = {"puzzle": "p3", "timed_out": False, "exit": 70, "signal": None, "too_big": False, "output": ""}
+    result, flags = verdict(spec, {**reply, "jailed": True}, b"", 3, 10, 1000)
+    assert result.status == "error" and "exit status 70" in result.error and "sandbox" not in result.error
+    assert flags == []
+    result, flags = verdict(spec, {**reply, "jailed": False}, b"", 3, 10, 1000)  # ended before the jail was entered
+    assert "the sandbox could not be entered (a grader failure" in result.error and flags
+
+
+def test_a_record_is_made_without_running_any_of_the_learners_code(monkeypatch):
+    """record.dumps calls no method of a learner's class (a dict whose items() lies, a str whose __str__ lies, a
+    tensor subclass is refused), and json changed after the grader was imported does not reach it."""
+    import json.encoder
+
+    class Lying(dict):
+        def items(self):
+            raise AssertionError("the learner's items() ran")
+
+    class Shout(str):
+        def __str__(self):
+            raise AssertionError("the learner's __str__ ran")
+
+    honest = record_bytes({"a": [1, 2.5, "x"], "t": torch.arange(3.0)})
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: '{"forged": 1}')
+    monkeypatch.setattr(json.encoder.JSONEncoder, "iterencode", lambda *a, **k: iter(['{"forged": 1}']))
+    assert record_bytes({"a": [1, 2.5, "x"], "t": torch.arange(3.0)}) == honest
+    assert record_bytes(Lying(a=Shout("b"))) == record_bytes({"a": "b"})
+    with pytest.raises(TypeError, match="a Sub"):
+        record_bytes({"t": torch.ones(2).as_subclass(type("Sub", (torch.Tensor,), {}))})
+
+
 def test_text_from_a_learner_is_escaped_and_bounded():
     assert printable("ok\n\tline\x1b[2J\r\x07") == "ok\n\tline\\x1b[2J\\r\\x07"
     assert len(printable("x" * 10_000, 100)) < 150
+
+
+def test_a_notebook_is_read_in_a_process_of_its_own_within_a_limit(tmp_path):
+    """The parent never reads a notebook itself: a worker's child does, killed at its time limit (here 0 s, so that
+    the limit is reached whatever the machine), and says why."""
+    from grader.frontends.batch.zygote import read_notebook
+
+    nbformat.write(build_notebook(ROOT, solved=True), str(tmp_path / "carol.ipynb"))
+    (tmp_path / "copy").mkdir()
+    said = read_notebook({"notebook": str(tmp_path / "carol.ipynb"), "into": str(tmp_path / "copy"), "timeout": 60})
+    assert said == {"error": ""} and (tmp_path / "copy" / "p3_data_parallel.py").is_file()
+    (tmp_path / "late").mkdir()
+    said = read_notebook({"notebook": str(tmp_path / "carol.ipynb"), "into": str(tmp_path / "late"), "timeout": 0})
+    assert said == {"error": "could not read the notebook within 0 s"}, said
 
 
 def test_a_private_copy_takes_regular_py_files_and_never_follows_links(tmp_path):

@@ -1,10 +1,13 @@
 """The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
 one guarantee, and each test says which guarantee and how it must fail.
 
-One class of 18 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
-10-second limit per puzzle and two jobs: 25 s on this 2-core machine at a load average of 3, 85 s at 9. The guarantees that need the operating
-system's isolation are asserted in the mode this machine gives (namespaces as root, userns otherwise); in the
-degraded `process` mode they are skipped, and tests/test_batch_modes.py shows what that mode still holds.
+One class of 22 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+30-second limit per puzzle and two jobs. The limit is generous on purpose: every honest puzzle must finish
+within it on a busy machine (an honest puzzle takes under a second when the machine is quiet, and 10 s once
+proved too short under load); only the looper, the deliberate endless loop, uses it up, on one of the two jobs
+while the other grades on. The guarantees that need the operating system's isolation are asserted in the mode
+this machine gives (namespaces as root, userns otherwise); in the degraded `process` mode they are skipped, and
+tests/test_batch_modes.py shows what that mode still holds.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from batch_attacks import PUZZLES, survivors, write_class
 
 from grader.frontends.targets import REPO
 
-TIMEOUT = 10
+TIMEOUT = 30
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +66,7 @@ def error(graded, name, pid):
 
 def test_honest_submissions_are_graded_as_usual(graded):
     assert all(status(graded, "alice", p) == "pass" for p in PUZZLES), graded["puzzles"]["alice"]
+    assert status(graded, "tempfile_user", "p3") == "pass", error(graded, "tempfile_user", "p3")  # its own /tmp
     assert all(status(graded, "bob", p) == "fail" for p in PUZZLES), graded["puzzles"]["bob"]
     assert all(row["kind"] == "folder" and row["error"] == "" for row in graded["rows"].values())
 
@@ -158,6 +162,33 @@ def test_changing_the_ledger_from_inside_the_run_is_caught(graded):
     assert status(graded, "tamper_world", "p1") == "tampered"
     assert "not the highest point of its own timeline" in error(graded, "tamper_world", "p1")
     assert any("tampering" in flag for flag in graded["rows"]["tamper_world"]["flags"])
+
+
+@pytest.mark.parametrize("pid, evidence", [
+    ("p7", "os.write was rebound"),  # rewrites its record's bytes as they leave
+    ("p3", "a hook was installed with sys.setprofile"),  # rewrites the record as it is handed to the encoder
+    ("p4", "aten::max: a CPU kernel registered at p4_tensor_parallel.py"),  # every max reads 0
+])
+def test_a_record_rewritten_on_its_way_out_is_flagged_and_never_passes(graded, pid, evidence):
+    """Each forger names no grader internal (README, "What a determined learner can still do"): the record leaves
+    through code bound before the learner's code ran, the hooks are cleared before it is made, and the fingerprint
+    watches os, sys, json and the dispatcher's kernels."""
+    assert status(graded, "forger", pid) == "tampered", error(graded, "forger", pid)
+    assert any(evidence in flag for flag in graded["rows"]["forger"]["flags"]), graded["rows"]["forger"]["flags"]
+
+
+def test_a_thread_still_running_as_the_record_is_made_is_flagged(graded):
+    assert status(graded, "lingerer", "p3") == "tampered", error(graded, "lingerer", "p3")
+    assert "thread(s) of the answer's were still running when its record was made" in error(graded, "lingerer", "p3")
+
+
+def test_only_the_parent_decides_a_grader_failure(graded):
+    """A record that claims "grader_error" is malformed; and once the jail is entered, an exit status (70 was the
+    sandbox's own) is the learner's."""
+    assert status(graded, "forger", "p1") == "error" and "malformed record (no status)" in error(graded, "forger", "p1")
+    assert status(graded, "exit70", "p1") == "error"
+    assert "exit status 70" in error(graded, "exit70", "p1") and "sandbox" not in error(graded, "exit70", "p1")
+    assert not any("grader failure" in f for f in graded["rows"]["exit70"]["flags"])
 
 
 def test_a_submission_sees_none_of_the_instructors_environment(graded):

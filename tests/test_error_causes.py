@@ -78,3 +78,32 @@ def test_a_pipeline_end_left_unguarded_is_named(peer, phrase):
 
     exc = raised(lambda: sim.run(fn, 4))
     assert phrase in likely_cause(exc, "dist.send(y, rank + 1)")
+
+
+def never_meet(first_at: str, second_at: str) -> BaseException:
+    from puzzles.simulator.types import CollectiveMismatchError
+
+    return CollectiveMismatchError(
+        f"rank 0 waits in all_reduce (call #2 on WORLD) at {first_at}, while rank 3 waits in all_reduce (call #12 on "
+        f"group[2, 3]) at {second_at}. The ranks of a group must make the same collective calls, on the same "
+        f"group, in the same order; these two can never meet.")
+
+
+def test_a_rank_already_in_the_graders_code_is_named_as_gone_ahead():
+    """One side of two collectives that can never meet is the grader's own (a harness line): that rank returned
+    from the learner's function without the collective the other still waits in."""
+    cause = likely_cause(never_meet("p19_global_clipping.py:41: self.dist.all_reduce(squares)",
+                                    "[harness] clipping_harness.py:45: dist.all_reduce(summed, group=group)"), "")
+    assert "rank 3 has already left your code" in cause and "rank 3 returned early" in cause
+    swapped = likely_cause(never_meet("[harness] clipping_harness.py:45: dist.all_reduce(summed, group=group)",
+                                      "p19_global_clipping.py:41: self.dist.all_reduce(squares)"), "")
+    assert "rank 0 has already left your code" in swapped
+
+
+@pytest.mark.parametrize("first_at, second_at", [
+    ("answer.py:41: dist.all_reduce(a)", "answer.py:50: dist.all_reduce(b, group=g)"),  # both the learner's
+    ("[harness] spec.py:4: dist.barrier()", "[harness] spec.py:9: dist.all_reduce(t)"),  # both the grader's
+])
+def test_a_mismatch_inside_one_side_names_no_rank_gone_ahead(first_at, second_at):
+    assert likely_cause(never_meet(first_at, second_at), "") == ""
+

@@ -129,6 +129,25 @@ def test_an_autograder_failure_still_writes_results_and_logs_to_stdout(tmp_path,
     assert "RuntimeError: the grader broke" in capsys.readouterr().out  # the instructor's log
 
 
+def test_an_autograder_stopped_before_it_finishes_leaves_results_that_say_so(tmp_path):
+    """Gradescope stops the autograder at the assignment's time limit, and shows nothing without a results.json:
+    one saying that grading did not finish is in place before grading starts."""
+    root = autograder_root(tmp_path, {"puzzles": ["p3"]})
+    shutil.copy(REPO / "tests" / "naive" / "p3_data_parallel.py", root / "submission")
+    stuck = ("import sys, threading\nfrom grader.frontends.reports import gradescope\n"
+             "def grading(*args):\n    print('grading', flush=True)\n    threading.Event().wait()\n"
+             f"gradescope._grade = grading\nsys.exit(gradescope.autograde({{'AUTOGRADER_ROOT': {str(root)!r}}}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", stuck], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        while proc.stdout.readline().strip() != "grading":  # (the seed's line comes first)
+            assert proc.poll() is None, "the autograder ended before it graded"
+    finally:
+        proc.kill()
+        proc.wait()
+    data = valid(json.loads((root / "results" / "results.json").read_text()))
+    assert data["score"] == 0 and "stopped before it finished grading" in data["output"]
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gradescope")

@@ -150,6 +150,67 @@ def test_modifying_the_grader_simulator_or_torch_is_tampering(tmp_path, cheat, w
     assert again.status == PASS, message
 
 
+# What an answer can change without rebinding anything the grader's modules hold: hooks that watch every call,
+# modes left entered, torch's switches, the dispatcher's kernels, and the standard library a record leaves through.
+# Each cheat runs at import (so the grader's own thread, which grades next, is the one affected) and turns p3's
+# summed-not-averaged gradients (a wrong answer) into a pass if it goes unnoticed; names are computed, as a
+# determined cheat's would be, so that the static scan does not see them.
+P3_WRONG = P3_RIGHT.replace("op=dist.ReduceOp.AVG", "op=dist.ReduceOp.SUM")
+HIDDEN_CHEATS = {
+    "sys.setprofile": "import sys\ngetattr(sys, 'set' + 'profile')(lambda *a: None)\n",
+    "sys.settrace": "import sys\ngetattr(sys, 'set' + 'trace')(lambda *a: None)\n",
+    "threading.setprofile": "import threading\nthreading.setprofile(lambda *a: None)\n",
+    "os.write": "import os\n_w = os.write\nos.write = lambda fd, data: _w(fd, data)\n",
+    "json.dumps": "import json\n_d = json.dumps\njson.dumps = lambda *a, **k: _d(*a, **k)\n",
+    "JSONEncoder.iterencode": "import json.encoder as e\n_i = e.JSONEncoder.iterencode\n"
+                              "e.JSONEncoder.iterencode = lambda self, o, _one_shot=False: _i(self, o)\n",
+    "function modes entered": "import torch\nfrom torch.overrides import TorchFunctionMode\n\n\n"
+                              "class Zero(TorchFunctionMode):\n"
+                              "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+                              "        out = func(*args, **(kwargs or {}))\n"
+                              "        return out * 0 if getattr(func, '__name__', '') == 'max' else out\n\n\n"
+                              "Zero().__enter__()\n",
+    "grad mode": "import torch\ntorch.set_grad_enabled(False)\n",
+    "default dtype": "import torch\ntorch.set_default_dtype(torch.float64)\n",
+    "aten::max: a CPU kernel": "import torch\n_lib = torch.library.Library('aten', 'IMPL')\n"
+                               "_lib.impl('max', lambda t: torch.zeros((), dtype=t.dtype), 'CPU')\n",
+}
+
+
+@pytest.mark.parametrize("what", list(HIDDEN_CHEATS))
+def test_changing_the_process_without_rebinding_the_grader_is_tampering(tmp_path, what):
+    cheat = HIDDEN_CHEATS[what]
+    if what == "grad mode":  # (the step needs gradients: it switches them on for itself)
+        body = P3_WRONG.split(P3_IMPORTS)[1].replace("lr):\n", "lr):\n    torch.set_grad_enabled(True)\n", 1)
+    else:
+        body = P3_WRONG.split(P3_IMPORTS)[1]
+    result, message = grade(tmp_path, "p3", P3_IMPORTS + cheat + body)
+    assert result.status == TAMPERED, message
+    assert what in result.error, message
+    # and the grader put the process back: the same wrong answer, graded next without the cheat, fails
+    again, message = grade(tmp_path, "p3", P3_WRONG)
+    assert again.status == FAIL, message
+    from grader.backends import process_state
+
+    assert process_state.hooks() == (None, None, None, None) or sys_trace_of_a_coverage_tool()
+    assert torch.tensor([1.0, 5.0]).max().item() == 5.0 and torch.is_grad_enabled()
+
+
+def sys_trace_of_a_coverage_tool() -> bool:
+    import sys
+
+    return sys.gettrace() is not None and "coverage" in type(sys.gettrace()).__module__
+
+
+def test_a_rank_that_installs_a_hook_in_its_own_thread_is_tampering(tmp_path):
+    """A rank's thread runs the simulator's and the spec's code after the learner's: a hook installed there would
+    see (and could change) what they measure."""
+    body = P3_WRONG.split(P3_IMPORTS)[1].replace(
+        "lr):\n", "lr):\n    getattr(__import__('sys'), 'set' + 'profile')(lambda *a: None)\n", 1)
+    result, message = grade(tmp_path, "p3", P3_IMPORTS + body)
+    assert result.status == TAMPERED and "sys.setprofile" in result.error and "rank 0" in result.error, message
+
+
 @pytest.mark.parametrize("cheat", [
     "sim.current_ledger().peak = 0",
     "led = sim.current_ledger()\n    led.timeline[:] = [(0, 0)]\n    led.peak = 0",

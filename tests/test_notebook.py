@@ -2,6 +2,7 @@
 (`check` on a notebook, `batch`): the learner's helpers wherever they are, lost tags, broken cells."""
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -202,6 +203,23 @@ def test_magics_and_shell_escapes_are_dropped_with_line_numbers_kept():
         "pass  # %time x = 1\npass  # y = !ls\nif x:\n    pass  # !echo\nz = 2 != 3"
     assert drop_magics("%%bash\nls") is None
     assert drop_magics("%%time\nx = 1") == "\nx = 1"
+
+
+def test_reading_a_notebook_takes_linear_time_on_any_line():
+    """A notebook is the learner's data, read by the batch's own process: the magics' pattern once backtracked on a
+    line of spaces (16,000 spaces: 4 s; a megabyte: hours), and so did the rewriting of file names into cells on a
+    long word. A megabyte of each now takes milliseconds; 5 s here is a bound a quadratic reader cannot meet."""
+    import time
+
+    from grader.frontends.notebooks.cells import Extracted, PuzzleFile
+
+    started = time.monotonic()
+    line = " " * 1_000_000
+    assert drop_magics(line) == line and drop_magics(" " * 10 + "!ls") == " " * 10 + "pass  # !ls"
+    extracted = Extracted(Path("."), "nb.ipynb", {"p3": PuzzleFile("x\n" * 9, [(3, 5, "your p3 cell")])})
+    assert extracted.rewrite("a" * 1_000_000 + "/x/p3_data_parallel.py:4") == "your p3 cell, line 2"
+    assert extracted.rewrite("a/" * 500_000) == "a/" * 500_000
+    assert time.monotonic() - started < 5
 
 
 def test_a_schedule_title_speaks_of_idle_time_only_where_time_is_graded():

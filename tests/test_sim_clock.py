@@ -204,6 +204,22 @@ def test_ops_without_a_torch_formula_get_their_own(name, fn, least):
     assert sum(e.flops for e in events) >= least, (name, events)
 
 
+@pytest.mark.parametrize("name, fn", [
+    ("addmm_", lambda acc, a, b: acc.addmm_(a, b)),
+    ("baddbmm_", lambda acc, a, b: acc[None].baddbmm_(a[None], b[None])),
+    ("addbmm_", lambda acc, a, b: acc.addbmm_(a[None], b[None])),
+])
+def test_a_product_written_in_place_costs_what_the_product_costs(name, fn):
+    """w.grad.addmm_(h.t(), dy) (a weight gradient added in place, as Megatron-LM's zero-bubble W does) is the
+    product h.t() @ dy: its FLOPs count among the products, and it takes at least the product's time."""
+    a, b = torch.randn(64, 8, dtype=torch.float64), torch.randn(8, 256, dtype=torch.float64)
+    (plain,) = one_op(lambda a, b: a @ b, a, b)
+    events = one_op(lambda acc, a, b: fn(acc, a, b), torch.zeros(64, 256, dtype=torch.float64), a, b)
+    product = [e for e in events if name in e.op]
+    assert product and product[0].flops == plain.flops == 2 * 64 * 8 * 256, (name, events)
+    assert product[0].product_flops == plain.flops and product[0].ticks >= plain.ticks, (name, events)
+
+
 def test_a_sparse_product_costs_two_flops_per_stored_value_and_column():
     dense = torch.randn(20, 7, dtype=torch.float64)
     (mm,) = [e for e in one_op(lambda d: torch.sparse.mm(torch.eye(20, dtype=d.dtype).to_sparse(), d), dense)

@@ -83,6 +83,66 @@ def test_dist_kept_after_its_run_is_a_clear_error():
         assert "after its run had ended" in str(info.value)
 
 
+@pytest.mark.parametrize("first_run", ["returned", "failed"])
+def test_dist_kept_from_an_earlier_run_and_used_in_a_later_one_says_so(first_run):
+    """A later run's thread may get the same thread id as the earlier run's rank: the kept dist must still say that
+    its run has ended (it once raised the runtime's internal stop, with no message, or blamed another rank)."""
+    kept = {}
+
+    def first(dist):
+        kept[dist.get_rank()] = dist
+        if first_run == "failed" and dist.get_rank() == 1:
+            raise ValueError("rank 1 fails")
+        dist.barrier()
+
+    def later(dist):
+        kept[dist.get_rank()].all_reduce(torch.ones(2))
+
+    try:
+        sim.run(first, 2)
+    except ValueError:
+        pass
+    with pytest.raises(sim.RankThreadError) as info:
+        sim.run(later, 2)
+    assert "dist (or one of its work handles) after its run had ended" in str(info.value), str(info.value)
+
+
+def test_the_runtimes_stop_says_what_happened_to_a_rank_that_catches_it():
+    said = []
+
+    def fn(dist):
+        if dist.get_rank() == 1:
+            raise ValueError("rank 1 fails")
+        try:
+            dist.barrier()  # waits for rank 1: the stop comes here
+        except BaseException as exc:  # noqa: BLE001  (what a learner's code may do)
+            said.append(str(exc))
+            raise
+
+    with pytest.raises(ValueError):
+        sim.run(fn, 2)
+    assert said and "the simulator stopped this rank" in said[0], said
+
+
+def test_a_thread_that_will_not_stop_is_abandoned_and_a_command_line_run_still_ends(tmp_path):
+    """A rank that catches every exception around an endless loop gets its time limit, but Python cannot kill a
+    thread: the error says the thread is abandoned, and the command still ends (in a process of its own here, so
+    that no spinning thread is left in the test process)."""
+    import subprocess
+    import sys
+
+    from grader.frontends.targets import REPO
+
+    (tmp_path / "p3_data_parallel.py").write_text(
+        "def data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
+        "    while True:\n        try:\n            while True:\n                pass\n"
+        "        except BaseException:\n            continue\n")
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", str(tmp_path), "-p", "p3", "--timeout", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "TimeLimitError" in proc.stdout and "It is abandoned: it keeps running in this process" in proc.stdout
+
+
 def test_one_rank_using_anothers_dist_is_refused():
     box = []
 

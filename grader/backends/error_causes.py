@@ -12,6 +12,9 @@ came from single one out. describe_exception (learner_code.py) appends it to the
                             (advanced after the update, or started at 0)
     past the ends           the simulator: "rank 3: send to/from rank 4, but ranks are 0..3" -> the last rank
                             sends forward (or the first receives from before it): a pipeline's ends unguarded
+    a rank gone ahead       the simulator: two collectives that can never meet, one rank's in the learner's code
+                            and the other's in the grader's ([harness]) -> that rank left the learner's function
+                            without a collective the other still waits in (returned early on its own decision)
 
 A rule names a mistake only when nothing else makes that error on that line; otherwise nothing is added.
 """
@@ -23,6 +26,8 @@ import re
 INFERENCE = re.compile(r"inference tensor", re.IGNORECASE)
 OUT_OF_RANGE = re.compile(r"rank (\d+): (\w+) to/from rank (-?\d+), but ranks are 0\.\.(\d+)")
 ABOUT_GRADIENTS = re.compile(r"grad", re.IGNORECASE)  # a.grad, input_grads[i], grad_x
+NEVER_MEET = re.compile(r"rank (\d+) waits in .+? at (.+?), while rank (\d+) waits in .+? at (.+?)\. The ranks of a "
+                        r"group must make the same collective calls")
 BIAS_CORRECTION = re.compile(r"beta|bias|correction|\bbc\d?\b", re.IGNORECASE)
 
 
@@ -43,6 +48,14 @@ def likely_cause(exc: BaseException, line: str) -> str:
     if isinstance(exc, ZeroDivisionError) and BIAS_CORRECTION.search(line):
         return ("1 - beta**t is 0 when t = 0: the step counter was 0 at the bias correction (advanced after the "
                 "update, or started at 0). Count the step first, so that t = 1 at the first step")
+    gone = _gone_ahead(message) if type(exc).__name__ == "CollectiveMismatchError" else None
+    if gone is not None:
+        ahead, behind = gone
+        return (f"rank {ahead} has already left your code (it waits in the grader's own collective, which comes "
+                f"after your function returns), while rank {behind} still waits in a collective of yours that rank "
+                f"{ahead} never made: rank {ahead} returned early. Every rank must make the same collective calls, "
+                f"in the same order: a decision to skip (a step, an update) taken on one rank alone leaves the "
+                f"others waiting; decide it from something every rank shares")
     peer = OUT_OF_RANGE.search(message) if isinstance(exc, ValueError) else None
     if peer is not None:
         rank, kind, other, last = (peer.group(1), peer.group(2), int(peer.group(3)), int(peer.group(4)))
@@ -56,3 +69,17 @@ def likely_cause(exc: BaseException, line: str) -> str:
                     f"receives no activation (it reads the batch) and sends no gradient back. Guard those {kind}s "
                     f"with `if rank > 0` (a ring would wrap around: (rank - 1) % world)")
     return ""
+
+
+def _gone_ahead(message: str) -> tuple[int, int] | None:
+    """(the rank already in the grader's code, the rank still in the learner's) when a mismatch says so."""
+    met = NEVER_MEET.search(message)
+    if met is None:
+        return None
+    first, first_at, second, second_at = int(met.group(1)), met.group(2), int(met.group(3)), met.group(4)
+    harness = (first_at.startswith("[harness]"), second_at.startswith("[harness]"))
+    if harness == (False, True):
+        return second, first
+    if harness == (True, False):
+        return first, second
+    return None

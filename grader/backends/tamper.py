@@ -13,8 +13,13 @@ objects defined in a watched module (the puzzles' SPEC objects). Identities are 
 change whenever anything is rebound, replaced or reloaded. Caches that legitimately grow during a run are
 allowed to grow, not to change what they already held, and their new entries are audited by their owners.
 
-What this cannot do: a determined learner with the whole process at hand (gc.get_objects, ctypes) can still
-forge state that leaves every identity in place. The ledger's figures are cross-checked separately (its own
+Beyond attributes, a fingerprint holds a look at the process's state (process_state.py): profile and trace
+hooks, torch's dispatch modes and thread-local switches, and the dispatcher's kernels for every aten operator (a
+`torch.library` registration replaces a kernel without rebinding anything). The standard library modules the
+record of a batch run passes through (os, sys, json, dataclasses) are watched like torch.
+
+What this cannot do: a determined learner with the whole process at hand (code objects replaced through names
+computed at run time, gc.get_objects, ctypes) can still forge state that leaves every identity in place. The ledger's figures are cross-checked separately (its own
 timeline, the storages it tracks: puzzles/simulator/memory.py), and `batch` grades each submission in a
 sandboxed child whose results the parent re-derives (docs/grading.md, "Grading for credit").
 """
@@ -26,12 +31,19 @@ import threading
 import types
 
 from ..core.result import TAMPERED, PuzzleResult
+from .process_state import ProcessState
 
 # Modules whose every attribute a verdict may rest on. Prefixes cover a package and its submodules.
 WATCHED_PREFIXES = ("grader", "puzzles.sim", "puzzles.simulator", "puzzles.model")
 WATCHED_MODULES = ("builtins", "math", "operator", "copy", "functools", "torch", "torch._C", "torch.nn.functional",
                    "torch.autograd", "torch.autograd.function", "torch.autograd.graph", "torch.utils.flop_counter",
-                   "torch.utils._python_dispatch", "torch.overrides", "torch.utils.checkpoint")
+                   "torch.utils._python_dispatch", "torch.overrides", "torch.utils.checkpoint", "os", "posix",
+                   "sys", "json", "json.encoder", "json.decoder", "dataclasses")
+# What a run may change in those modules: the import system's own lists and caches, the standard streams (a test
+# runner captures them), and what the interpreter notes after an uncaught exception.
+UNWATCHED = {"sys.path", "sys.argv", "sys.modules", "sys.path_importer_cache", "sys.meta_path", "sys.path_hooks",
+             "sys.stdin", "sys.stdout", "sys.stderr", "sys.last_type", "sys.last_value", "sys.last_traceback",
+             "sys.last_exc", "posix.environ"}  # (os.environ, the same variables, is watched as an object)
 # Classes outside those modules whose members matter as much (torch.Tensor's Python methods: __sub__, allclose...).
 WATCHED_CLASSES = ("torch.Tensor", "torch.storage.UntypedStorage", "torch.storage._StorageBase")
 # Module-level caches of the project's that fill in during a run: new keys are fine, a changed value is not. (In
@@ -219,9 +231,10 @@ def _resolve(dotted: str):
 
 
 class Fingerprint:
-    """What the watched modules (and any `extra` module a caller names) look like now."""
+    """What the watched modules (and any `extra` module a caller names) look like now, and the process's state
+    (process_state.py; its kernels only `with_kernels`, the look after a run)."""
 
-    def __init__(self, extra=()):
+    def __init__(self, extra=(), with_kernels: bool = False, force_kernels: bool = False):
         self.modules: dict[str, tuple] = {}
         for name in _watched_names(extra):
             module = sys.modules.get(name)
@@ -229,13 +242,21 @@ class Fingerprint:
                 ours = name.startswith(WATCHED_PREFIXES)
                 self.modules[name] = (module, {k: _Print(v, name) for k, v in list(vars(module).items())
                                                if not (k.startswith("__") and k.endswith("__"))
+                                               and f"{name}.{k}" not in UNWATCHED
                                                and (ours or not isinstance(v, _SCALARS))})
         self.classes = {dotted: _Print(cls, getattr(cls, "__module__", "")) for dotted in WATCHED_CLASSES
                         if isinstance(cls := _resolve(dotted), type)}
+        self.state = ProcessState(with_kernels, force_kernels)
+        self.found: list[str] = []  # hooks cleared since this fingerprint was taken (unhook)
+
+    def unhook(self) -> None:
+        """Clear the profile and trace hooks installed since this fingerprint (an answer's import installs them
+        in the grader's own thread, where they would see its every call); `changes` names them."""
+        self.found += self.state.unhook()
 
     def changes(self, later: Fingerprint) -> list[str]:
         """What differs in `later`, in words ('grader.core.compare.REL_TOL was rebound to another object')."""
-        out = []
+        out = [*self.found, *self.state.changes(later.state)]
         for name, (module, attrs) in self.modules.items():
             if name not in later.modules or later.modules[name][0] is not module:
                 out.append(f"module {name} was replaced or removed in sys.modules")
@@ -268,6 +289,7 @@ class Fingerprint:
 
     def restore(self) -> None:
         """Undo every change since this fingerprint was taken, so that the runs after a tampered one are sound."""
+        self.state.restore()
         now = Fingerprint()
         for name, (module, attrs) in self.modules.items():
             if sys.modules.get(name) is not module:
@@ -298,7 +320,7 @@ def describe(changes: list[str], limit: int = 6) -> str:
 def untampered(spec, before: Fingerprint, outcome):
     """`outcome`, unless something the grader relies on changed since `before`: then a "tampered" result (and
     the change is undone, so that what runs next is sound)."""
-    changes = before.changes(Fingerprint())
+    changes = before.changes(Fingerprint(with_kernels=True))
     if not changes:
         return outcome
     before.restore()
@@ -319,6 +341,7 @@ _FORBIDDEN_ATTRIBUTES = {
     "_RULES", "rule_of", "flop_registry", "_disable_current_modes", "_pop_mode", "_push_mode", "_pop_mode_temporarily",
     "_DisableTorchDispatch", "_get_current_dispatch_mode_stack", "get_objects", "get_referrers", "_getframe",
     "_current_frames", "settrace", "setprofile", "__code__", "__globals__", "__closure__", "__builtins__",
+    "_disk", "_changes", "_dead",  # the checkpoint disk's own state behind `fs` (its armed crash point, p18)
 }
 
 

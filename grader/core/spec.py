@@ -99,6 +99,15 @@ class PuzzleSpec:
         budget = self.budgets(inputs).get("peak memory")
         return [budget.value] * self.world_size if budget else None
 
+    # A puzzle graded on a job of several launches that share a disk (p18: a failure, then a restart) sets this and
+    # defines `job`; every other puzzle is one run of `program`.
+    job_of_launches = False
+
+    def job(self, launcher, inputs: dict) -> Observation:
+        """Run the job's launches through `launcher` (the backend's: backends/launches.py, real/launches.py) and
+        return what they did as one Observation."""
+        raise NotImplementedError
+
     def run_context(self):
         """A context around loading and running the learner's file (p1 uses it to take torch.utils.checkpoint
         away)."""

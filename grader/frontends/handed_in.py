@@ -13,7 +13,7 @@ The rules, which the learner's README states ("What to hand in"): the shallowest
 before one as generated); the files win when any of them was edited (a stub as generated is not where the
 learner worked), else the notebook. Anything else that holds work is named in a flag and in the note, never
 graded in silence nor silently ignored; a folder with nothing to grade is an error that says what it holds,
-never twelve puzzles "not attempted".
+never nineteen puzzles "not attempted".
 """
 
 from __future__ import annotations

@@ -124,6 +124,13 @@ def grade(args, rank: int, world: int, backend: str, device, fresh_group) -> int
         results, figures = [], []
         for k, puzzle in enumerate(args.puzzles):
             spec = SPECS[puzzle]
+            if spec.job_of_launches:
+                results.append(PuzzleResult(
+                    spec.id, spec.name, spec.title, ERROR,
+                    error=f"{spec.id} is graded on a job that dies and is started again, on {spec.world_size} ranks "
+                          f"and then on fewer: one torchrun launch cannot do that. Grade it with `python -m grader "
+                          f"check TARGET -p {spec.id} --backend torch`, which starts and ends the processes itself"))
+                continue
             if spec.world_size != world:
                 results.append(PuzzleResult(
                     spec.id, spec.name, spec.title, ERROR,

@@ -89,11 +89,11 @@ def write_traces(results: list[PuzzleResult], path: str) -> list[Path]:
 
 # ---- the text grid
 
-COMPUTE_CHARS = {"forward": "F", "backward": "B", "recompute": "R", "weight": "W"}
+COMPUTE_CHARS = {"forward": "F", "backward": "B", "recompute": "R", "weight": "W", "io": "D"}
 COMM_CHARS = {"send": "s", "recv": "r", "all_reduce": "A", "all_gather": "G", "all_gather_into_tensor": "G",
               "reduce_scatter_tensor": "S", "broadcast": "b", "barrier": "|", "all_to_all_single": "X",
               "all_to_all": "X"}
-LEGEND = ("F forward (all compute outside backward)  B backward  W weight gradient  R recompute  . idle   |   s send  r recv  A all-reduce  "
+LEGEND = ("F forward (all compute outside backward)  B backward  W weight gradient  R recompute  D disk  . idle   |   s send  r recv  A all-reduce  "
           "G all-gather  S reduce-scatter  X all-to-all  b broadcast")
 
 

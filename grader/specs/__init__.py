@@ -13,6 +13,9 @@
     three_d_layout.py, three_d_groups.py p11's rank layout, sizes and serial pieces; its process-group rules
     expert_routing.py                    p12's sizes, the routing built into every seed, the serial mixture of
                                          experts and the common mistakes replayed on it
+    interleaved_layout.py                p16's 8 one-block stages on 4 ranks (2 chunks each), the interleaved
+                                         order, the serial step cut at every stage, the value diagnoses
+    zero_bubble_costs.py                 p17's F, B and W as a learner splits the backward, and ZB-H1's bubble
     sub_world.py                         p13: the `dist` of a world of its own made of some of the ranks (4 of 8)
     all_reduce_runs.py                   p13's network, its eight runs and their formulas; one run's messages,
                                          time and memory read out of the whole record
@@ -23,6 +26,12 @@
     ring_attention_checks.py             p15's checks of compute, balance, bytes per phase and exposed messages,
                                          and the wrong values named; ring_attention_memory.py its memory rules
     received_blocks.py                   p15: the watch that notes, at each message, the other ranks' data alive
+    clipping_layout.py                   p19's sizes, layout, faults and the serial truth (clip_grad_norm_ and
+                                         torch.optim.Adam), the mistakes of the update and of the norm replayed
+    clipping_harness.py                  p19's harness on the rank: the groups, the pair's forward, the faults,
+                                         the steps and what they record
+    clipping_diagnoses.py                p19's likely causes: a wrong norm by value, a wrong update by replay, a
+                                         step not skipped alike by who changed what
 
 A spec sees the learner's code only through `program` (run on the ranks by a backend) and grades plain data
 (an Observation). Specs import core/ and puzzles/ only. Adding a puzzle is adding a module here and a solution.

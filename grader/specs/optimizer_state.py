@@ -89,6 +89,9 @@ def changes(before: dict[str, torch.Tensor], obj, extra: dict[str, torch.Tensor]
     with torch.no_grad():
         for path, old in before.items():
             new = now.get(path)
+            if new is not None and (new.layout != torch.strided or old.layout != torch.strided):
+                # sparse state (a way to hide it from the ledger, which charges it all the same): its values
+                new, old = new.to_dense(), old.to_dense()
             if new is None or new.shape != old.shape or new.dtype != old.dtype:
                 what = "is gone" if new is None else f"became {new.dtype}{list(new.shape)}"
                 out.append({"path": path, "what": what, "numel": old.numel(), "changed": old.numel()})
@@ -110,8 +113,8 @@ def slices_of(obj, weights, size: int) -> list[dict]:
         flat = torch.cat([w.detach().reshape(-1) for w in weights])
         theirs = {w.untyped_storage().data_ptr() for w in weights}
         for path, t in state_tensors(obj):
-            if t.numel() != size or not t.is_floating_point() or t.dtype != flat.dtype or \
-                    t.untyped_storage().data_ptr() in theirs:  # the weights themselves (here each is Ψ/N numbers)
+            if t.layout != torch.strided or t.numel() != size or not t.is_floating_point() or \
+                    t.dtype != flat.dtype or t.untyped_storage().data_ptr() in theirs:  # the weights themselves (here each is Ψ/N numbers)
                 continue
             values = t.detach().reshape(-1)
             if not values.any() or not torch.isin(values, flat).all():

@@ -238,7 +238,7 @@ class Checkpointing(PuzzleSpec):
             saved, y = forward_result(fwd(x, layers, k), "checkpointed_forward", target)
             kept = memory_now() - before
             return {**loss_and_backward(y, target, layers, lambda grad_y: bwd(saved, layers, k, grad_y)),
-                    "kept": kept}
+                    "kept": kept, "graph": built_graph(saved, y)}
 
         return run
 
@@ -268,15 +268,16 @@ class Checkpointing(PuzzleSpec):
         checks.append(Check("checkpoint bytes", ok,
                             f"after checkpointed_forward your code still held {fmt(kept, 'bytes')} more than "
                             f"before it ({kept / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
-                            measured=kept, budget=b, diagnosis="" if ok else safe_diagnosis(self.diagnose_kept, kept, k)))
+                            measured=kept, budget=b,
+                            diagnosis="" if ok else safe_diagnosis(self.diagnose_kept, kept, k, res.get("graph", True))))
         checks.append(peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, kept, k)))
         checks.append(compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
                                     least=PRODUCTS))
         return checks
 
     @staticmethod
-    def diagnose_kept(kept, k) -> str:
-        if kept >= L * C + C + A:
+    def diagnose_kept(kept, k, graph: bool = True) -> str:
+        if kept >= L * C + C + A and graph:
             return (f"the forward left about {kept / A:.1f} blocks' worth of autograd activations alive "
                     f"(A = {fmt(A, 'bytes')} a block): it built the autograd graph. Run it under torch.no_grad() "
                     f"(or detach what you keep): a checkpoint that carries a grad_fn keeps the whole graph behind it")
@@ -307,6 +308,13 @@ class Checkpointing(PuzzleSpec):
                     f"input instead of from its own checkpoint")
         return (f"besides the forward, you ran {blocks} blocks' forwards; checkpointing recomputes each block once "
                 f"({L} blocks)")
+
+
+def built_graph(saved, y) -> bool:
+    """Whether the forward's output, or a checkpoint it kept, carries an autograd graph: the evidence for "it built
+    the autograd graph" (memory alone cannot tell a graph from checkpoints kept in a costlier form)."""
+    kept = [y, *(saved if isinstance(saved, (list, tuple)) else [saved])]
+    return any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in kept)
 
 
 def forward_result(result, name: str, target):

@@ -125,7 +125,7 @@ def diagnose_values(spec, obs: Observation, ref, inputs, grad_pairs, input_pairs
         return diagnose_malformed(*malformed)
     factors = [ratio(got, e) for _, got, e in bad]
     if None not in factors and max(factors) - min(factors) < 1e-6 * max(1.0, abs(factors[0])):
-        return diagnose_factor(factors[0], obs)
+        return diagnose_factor(factors[0], obs, getattr(spec, "backward_flops", None))
     top = max(meta[0] for meta, _, _ in bad)
     return diagnose_rank(spec, top, bad, obs.results[top], ref, inputs)
 
@@ -148,10 +148,11 @@ def diagnose_malformed(meta, got, expected) -> str:
     return ""  # the message says what is wrong with it
 
 
-def diagnose_factor(f: float, obs: Observation) -> str:
+def diagnose_factor(f: float, obs: Observation, backward_flops=None) -> str:
     """Every wrong gradient is f times the serial one. The backward FLOPs tell a scaled loss from a repeated
     backward."""
-    backwards = [flops(obs, r, "backward") / (M * backward_cost(r).flops) for r in range(P)]
+    per_microbatch = backward_flops or (lambda r: backward_cost(r).flops)  # p17 splits it: B + W
+    backwards = [flops(obs, r, "backward") / (M * per_microbatch(r)) for r in range(P)]
     # Every op counts, so the loss's own few ops (a division by m forgotten, say) move these ratios by a hair.
     once = all(abs(b - 1) < 0.02 for b in backwards)
     if once and abs(f - M) < 1e-6:

@@ -18,6 +18,8 @@ read collectives.py.
     cost.py         the cost model: the device profile (a roofline) and the network (latency and bandwidth)
     op_costs.py     what each aten op costs: its FLOPs and the bytes it reads and writes
     tally.py        what a piece of code costs on the simulated GPU, outside any run (sim.tally)
+    filesystem.py   a disk shared by the ranks and the runs of a job (open, rename, torch.save), what survives a
+                    crash, and a rank made to die at a chosen point (checkpoints and recovery)
 
 Data flows one way: learner code -> dist.py -> world.py/matching.py -> collectives.py moves the data ->
 memory.py and clock.py record it -> sim.run returns it. These modules meet each other only through imports

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .types import IsolationError, RankThreadError, UnwaitedWorkError, _Abort
+from .types import IsolationError, RankCrashed, RankThreadError, UnwaitedWorkError, _Abort
 
 if TYPE_CHECKING:
     from .memory import SiteFinder
@@ -35,10 +35,12 @@ class _Failures:
         """The rank state of the thread calling `what` on `owner`'s dist or handle, which must be `owner`'s own
         thread. Once the run has stopped, every call in a rank's thread unwinds it (a loop that catches the
         first stop meets another at its next call)."""
-        me = self._thread_ranks.get(threading.get_ident())
+        me = self._thread_ranks.get(threading.get_ident())  # (a rank's thread leaves it as it ends)
         if me is owner:
             if self.aborted:
                 raise _Abort
+            if getattr(me, "crashed", False):  # an injected failure (filesystem.py): a dead process reaches no one
+                raise RankCrashed(f"rank {me.rank} is dead")
             me.calls += 1
             return me
         if me is not None:

@@ -8,6 +8,13 @@ count, a logged loss), and up to ITEMS numbers read one by one with `.item()`, `
 The same goes for tensors made at module level when a rank imports the learner's file: more than IMPORT_BYTES of
 them is a HiddenMemoryError (check_import), since the memory checks measure from the call of the function on.
 
+A rank that mounted a checkpoint disk (filesystem.py) may pickle tensors: torch.save's bytes go to the disk, which
+counts every byte to the rank that writes it (`allow_files`).
+Every tensor an op makes or takes is charged for the storages that hold its bytes (storages_of): a strided tensor's
+own (quantized, meta and nested ones included), a sparse tensor's indices and values (COO, CSR, CSC, BSR, BSC).
+A tensor whose bytes no storage shows (a subclass with a `__torch_dispatch__` of its own, whose ops run where no
+ledger looks; an mkldnn tensor; a layout torch adds later) is refused with a HiddenMemoryError.
+
 Outside the ranks (the grader, a notebook cell) nothing changes: the guard asks `current()` who is calling, and
 lets everyone but a rank's own code through. The methods are patched on torch's classes only while a run is on.
 """
@@ -57,10 +64,26 @@ def _caller():
     return None
 
 
+_PICKLING = ("__reduce_ex__", "__reduce__")
+
+
+def caller():
+    """The rank whose own code is running in this thread (the simulator's rank state, or a real process's tracker:
+    each has .rank, .clock, .labels and .site()), or None."""
+    return _caller()
+
+
+def allow_files() -> None:
+    """The calling rank writes files (it mounted a checkpoint disk): torch.save may pickle its tensors."""
+    who = _caller()
+    if who is not None:
+        who.writes_files = True
+
+
 def _guarded(cls, name: str, what: str, original):
     def guard(self, *args, **kwargs):
         who = _caller()
-        if who is not None and _size(self) > SMALL:
+        if who is not None and _size(self) > SMALL and not (name in _PICKLING and getattr(who, "writes_files", False)):
             raise HiddenMemoryError(
                 f"rank {who.rank} turned {_describe(self)} into {what} at {who.site()}: inside a rank, keep tensors "
                 f"as torch tensors. The memory ledger sees only torch's storages, so {what} would hide memory "
@@ -123,6 +146,44 @@ def uninstall(current) -> None:
             else:
                 setattr(cls, name, own)
         _saved.clear()
+
+
+# A sparse tensor has no storage of its own: its bytes are its parts', which the ledger charges instead.
+_SPARSE_PARTS = {
+    torch.sparse_coo: ("_indices", "_values"),
+    torch.sparse_csr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_csc: ("ccol_indices", "row_indices", "values"),
+    torch.sparse_bsr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices", "values"),
+}
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
+
+
+def storages_of(t: torch.Tensor, who) -> tuple:
+    """The storages that hold `t`'s bytes, for the ledger to charge and the isolation check to read. `who` (with
+    `.rank` and `.site()`) is the rank whose op made or took `t`: a tensor whose bytes no storage shows is refused
+    with a HiddenMemoryError naming it. Call it where no dispatch mode is active (inside __torch_dispatch__)."""
+    cls = type(t)
+    if cls is not torch.Tensor and getattr(cls, "__torch_dispatch__", None) is not _PLAIN_DISPATCH:
+        _refuse(t, who, f"a tensor of the class {cls.__name__}, whose own __torch_dispatch__ runs its ops where no "
+                        f"memory ledger looks")
+    layout = t.layout
+    if layout is torch.strided:
+        try:
+            return (t.untyped_storage(),)
+        except (RuntimeError, NotImplementedError):
+            _refuse(t, who, "a tensor with no storage of its own")
+    parts = _SPARSE_PARTS.get(layout)
+    if parts is None:
+        _refuse(t, who, f"a {str(layout).replace('torch.', '')} tensor")
+    return tuple(getattr(t, part)().untyped_storage() for part in parts)
+
+
+def _refuse(t: torch.Tensor, who, what: str):
+    raise HiddenMemoryError(
+        f"rank {who.rank} made or used {what} ({_desc(t)}) at {who.site()}: the memory ledger cannot see its "
+        f"bytes, so it would hide memory from the budgets. Inside a rank, keep tensors as ordinary torch tensors "
+        f"(sparse ones are fine: their indices and values are charged).")
 
 
 def check_import(rank: int, made: list[tuple[str, int]]) -> None:

@@ -215,6 +215,28 @@ class Ledger:
             self.current -= nbytes
             self.timeline.append((self._now(), self.current))
 
+    def resize(self, key: int, nbytes: int, site: str) -> None:
+        """A storage this ledger holds changed size in place (`resize_`, an `out=` tensor that grew, a storage's
+        own `resize_`): its bytes are now `nbytes` (0: it holds nothing, and leaves the ledger until it grows)."""
+        with self._lock:
+            if self.closed:
+                return
+            old, old_site = self._live.get(key, (0, site))
+            if nbytes == old:
+                return
+            if nbytes < old and self._peak_pending:  # the peak ends here, as at a free
+                self._peak_live = dict(self._live)
+                self._peak_pending = False
+            if nbytes:
+                self._live[key] = (nbytes, old_site)
+            else:
+                self._live.pop(key, None)
+            self.current += nbytes - old
+            self.timeline.append((self._now(), self.current))
+            if self.current > self.peak:
+                self.peak, self.peak_tick = self.current, self._now()
+                self._peak_pending = True
+
     def close(self) -> None:
         """Freeze the ledger (the rank returned); later frees are not this rank's business any more."""
         with self._lock:
@@ -281,14 +303,17 @@ class StorageTracker:
 
     Storages are keyed by the address of their StorageImpl (`untyped_storage()._cdata`), which is unique while
     the storage lives; a weakref finalizer drops the key (and the ledger's bytes) when it dies, before the
-    address can be reused.
+    address can be reused. A storage can change size while it lives (`t.resize_`, an `out=` tensor, a storage's
+    own `resize_`): `see` charges what it holds now each time an op shows it, and `close_rank` once more when the
+    rank returns, so memory grown in place is charged as memory made afresh.
     """
 
     def __init__(self, ledgers):
         self.ledgers = ledgers
         self.owner: dict[int, int] = {}
         self._refs: dict[int, weakref.ref] = {}
-        self._sizes: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}  # key -> the bytes the ledger holds for it now
+        self._free: dict[int, int] = {}  # key -> bytes it holds free of charge (an uncharged storage's first size)
         for rank, ledger in (ledgers.items() if isinstance(ledgers, dict) else enumerate(ledgers)):
             ledger._still_alive = self._alive
             ledger._alive_keys = lambda rank=rank: [k for k, r in list(self.owner.items())
@@ -299,25 +324,52 @@ class StorageTracker:
         return ref is not None and ref() is not None
 
     def adopt(self, storage, rank: int, site: str, charge: bool = True) -> None:
-        """Make `rank` the owner of `storage` and (with `charge`) put its bytes on the rank's ledger."""
+        """Make `rank` the owner of `storage` and (with `charge`) put its bytes on the rank's ledger. Without
+        `charge`, the bytes it holds now stay off the ledger, and only what it grows beyond them is charged."""
         key = storage._cdata
         if key in self.owner:
             return
         self.owner[key] = rank
-        ledger, owner, refs, sizes = self.ledgers[rank], self.owner, self._refs, self._sizes
-        charged = storage.nbytes() if charge else 0  # what the ledger holds for it (audit() checks exactly that)
+        ledger, owner, refs, sizes, free = self.ledgers[rank], self.owner, self._refs, self._sizes, self._free
+        nbytes = storage.nbytes()
 
-        def _finalize(_ref, key=key, ledger=ledger, charged=charged):
+        def _finalize(_ref, key=key, ledger=ledger):
             owner.pop(key, None)
             refs.pop(key, None)
-            sizes.pop(key, None)
-            if charged:
+            free.pop(key, None)
+            if sizes.pop(key, 0):  # what the ledger holds for it (audit() checks exactly that)
                 ledger.free(key)
 
         self._refs[key] = weakref.ref(storage, _finalize)
+        self._free[key] = 0 if charge else nbytes
+        self._sizes[key] = nbytes if charge else 0
+        if charge and nbytes:
+            ledger.allocate(key, nbytes, site)
+
+    def see(self, storage, rank: int, site) -> None:
+        """An op of `rank` made or touched `storage`: adopt it if it is new, else charge its size now if it changed
+        in place. `site` is the allocation site, or a callable that returns it (only asked when needed)."""
+        key = storage._cdata
+        if key not in self.owner:
+            self.adopt(storage, rank, site() if callable(site) else site)
+            return
+        self._recharge(key, storage, site)
+
+    def _recharge(self, key: int, storage, site) -> None:
+        charged = max(0, storage.nbytes() - self._free.get(key, 0))
+        ledger = self.ledgers[self.owner[key]]
+        if charged == self._sizes.get(key, 0) or ledger.closed:  # (a closed ledger keeps what it held)
+            return
         self._sizes[key] = charged
-        if charged:
-            ledger.allocate(key, charged, site)
+        ledger.resize(key, charged, site() if callable(site) else site)
+
+    def close_rank(self, rank: int, site: str = "[storage resized in place]") -> None:
+        """The rank returns: charge every storage of it that changed size since an op last showed it."""
+        for key, r in list(self.owner.items()):
+            ref = self._refs.get(key)
+            storage = ref() if r == rank and ref is not None else None
+            if storage is not None:
+                self._recharge(key, storage, site)
 
     def owner_of(self, storage):
         return self.owner.get(storage._cdata)

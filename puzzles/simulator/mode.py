@@ -79,22 +79,18 @@ class _RankMode(TorchDispatchMode):
             learners = world.charge_imports and site != "?" and not site.startswith("[harness]")  # (a notebook's
             # module is copied, not imported: those copies are the grader's lines, off the ledger)
             for t in _tensors_out(out):
-                try:
-                    world.storage.adopt(t.untyped_storage(), me.rank, f"{site}  {AT_IMPORT}", charge=learners)
-                except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
-                    pass
+                for st in guards.storages_of(t, me):
+                    world.storage.adopt(st, me.rank, f"{site}  {AT_IMPORT}", charge=learners)
             return out
         if follow_labels(func, args, me.labels):
             return func(*args, **kwargs)
 
         owner_of = world.storage.owner
         for t in () if func in _LIFTS else _tensors_in(args, kwargs):
-            try:
-                owner = owner_of.get(t.untyped_storage()._cdata)
-            except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
-                continue
-            if owner != me.rank and not (owner is None and t.dim() == 0):  # 0-d: a Python number torch wrapped
-                raise IsolationError(world.isolation_message(me.rank, owner, t, f"aten.{func.__name__}"))
+            for st in guards.storages_of(t, me):
+                owner = owner_of.get(st._cdata)
+                if owner != me.rank and not (owner is None and t.dim() == 0):  # 0-d: a Python number torch wrapped
+                    raise IsolationError(world.isolation_message(me.rank, owner, t, f"aten.{func.__name__}"))
         if me.inflight and not func.is_view:
             world.check_inflight(me, func, args, kwargs)
         if func is _ITEM:  # a number read out of a tensor (.item(), float(t)): fine, a tensor's worth is not
@@ -102,13 +98,9 @@ class _RankMode(TorchDispatchMode):
 
         out = func(*args, **kwargs)
 
-        for t in _tensors_out(out):
-            try:
-                st = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            if st._cdata not in owner_of:
-                world.storage.adopt(st, me.rank, world.sites.allocation_site())
+        for t in _tensors_out(out):  # new storages, and storages an op grew in place (resize_, out=, set_)
+            for st in guards.storages_of(t, me):
+                world.storage.see(st, me.rank, world.sites.allocation_site)
         cost = op_cost(func, args, kwargs, out)
         if cost is not FREE:
             me.flops += charge_compute(me.clock, me.rank, world.cost, cost, func, out, me.labels, world.sites.here)

@@ -7,7 +7,8 @@ Every op a rank runs is counted, so there is no free way to compute. The rules, 
                                                  empty (allocates, writes nothing), .item(), torch.tensor's wrap
     products              their formulas         mm, addmm, bmm, baddbmm, convolutions, attention: torch's own
                                                  (torch.utils.flop_counter); mv, addmv 2·n·k; dot, vdot 2·n;
-                                                 addr 2·n·m; bilinear (_trilinear) 2 per element of the product;
+                                                 addr 2·n·m; addbmm 2·b·n·k·m; in place (addmm_) as out of place;
+                                                 bilinear (_trilinear) 2 per element of the product;
                                                  cdist 3·n·m·d; sparse inputs 2·nnz·k; FFT 5·N·log2(n);
                                                  solve, inverse, LU, QR, SVD, eigen: 2·n³ + 2·n²·k per matrix
     softmax, norms        per element            softmax and log-softmax 5, their backward 4; layer norm 8,
@@ -88,6 +89,7 @@ _LIKE = _packets("zeros_like", "ones_like", "full_like", "rand_like", "randn_lik
 # Products without a formula in torch's FLOP counter (the ones it has: mm, addmm, bmm, baddbmm, convolutions,
 # attention kernels on GPU). Each of these computes a sum of products, and is charged 2 FLOPs per term.
 _VECTOR_PRODUCTS = _packets("mv", "addmv", "dot", "vdot", "inner", "addr", "ger", "outer")
+_BATCH_SUMMED_PRODUCTS = _packets("addbmm")  # self + sum over the batch of batch1 @ batch2: 2·b·n·k·m
 _SOFTMAX = _packets("_softmax", "_log_softmax", "softmax", "log_softmax", "_safe_softmax")
 _SOFTMAX_BACKWARD = _packets("_softmax_backward_data", "_log_softmax_backward_data")
 _LAYER_NORM = _packets("native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -220,7 +222,9 @@ _APPLY = {
     "per element": lambda rule, func, args, kwargs, out, inputs, outputs: (
         rule[2] * max(_in_largest(inputs), _out_elements(outputs)), rule[3]),
     "registered": lambda rule, func, args, kwargs, out, inputs, outputs: (
-        _registered(flop_registry[func.overloadpacket], args, kwargs, out), rule[2]),
+        _registered(_formula(func.overloadpacket), args, kwargs, out), rule[2]),
+    "batch summed product": lambda rule, func, args, kwargs, out, inputs, outputs: (
+        2 * args[1].numel() * args[2].shape[-1], "matmul"),  # addbmm: 2·b·n·k·m
     "vector product": lambda rule, func, args, kwargs, out, inputs, outputs: (
         _vector_product(inputs, _out_elements(outputs)), "matmul"),
     "attention": lambda rule, func, args, kwargs, out, inputs, outputs: (
@@ -240,6 +244,18 @@ _APPLY = {
 }
 
 
+def _product_of(packet):
+    """The out-of-place op of an in-place one (aten.addmm_ -> aten.addmm): the same product, written into its first
+    argument, with the same arguments, so the same formula. Other packets are returned as they are."""
+    name = packet.__name__
+    return getattr(_aten, name[:-1], packet) if name.endswith("_") and not name.startswith("_") else packet
+
+
+def _formula(packet):
+    """torch's FLOP formula for `packet`, or for its out-of-place op (addmm for addmm_)."""
+    return flop_registry[packet] if packet in flop_registry else flop_registry[_product_of(packet)]
+
+
 def rule_of(func):
     """How op_cost charges `func`: FREE, or (reads no data, the rule's name in _APPLY, its parameters)."""
     packet = func.overloadpacket
@@ -248,10 +264,13 @@ def rule_of(func):
     like = packet in _LIKE
     if packet in _MOVES:
         return like, "none", "memory"
-    if packet in flop_registry:
+    product = _product_of(packet)  # w.grad.addmm_(h.t(), dy) is the product h.t() @ dy, written in place
+    if product in flop_registry:
         return like, "registered", "attention" if "attention" in packet.__name__ else "matmul"
-    if packet in _VECTOR_PRODUCTS:
+    if product in _VECTOR_PRODUCTS:
         return like, "vector product"
+    if product in _BATCH_SUMMED_PRODUCTS:
+        return like, "batch summed product"
     if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None):
         return like, "attention"
     if packet is getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None):

@@ -88,9 +88,20 @@ class UnmatchedError(SimError):
     """Every rank returned, but a send, recv or collective that one of them posted was never matched."""
 
 
+class RankCrashed(BaseException):
+    """The rank died at a failure a harness injected (filesystem.py): not the learner's mistake. Not an Exception,
+    so `except Exception` does not catch it, as nothing in a process catches kill -9; a dead rank's later dist and
+    disk calls raise it again."""
+
+
 class _Abort(BaseException):
     """Raised inside a rank thread to unwind it when the run is stopped. Not an Exception, so `except Exception`
-    in learner code does not swallow it."""
+    in learner code does not swallow it. It says what happened, should a learner's code catch it and print it."""
+
+    def __str__(self) -> str:
+        return (str(self.args[0]) if self.args else
+                "the simulator stopped this rank: its run had ended, or another rank failed, or a time limit passed "
+                "(let this exception pass: a rank that catches it is stopped again at its next call)")
 
 
 # --------------------------------------------------------------------------------------------------------------

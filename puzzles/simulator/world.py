@@ -260,9 +260,16 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         return fn
 
     def _rank_main(self, me: _RankState, fn, make_fn, args) -> None:
+        ident = threading.get_ident()
         self._local.rank = me.rank
-        self._thread_ranks[threading.get_ident()] = me
+        self._thread_ranks[ident] = me
         _active.world = self
+        try:
+            self._run_rank(me, fn, make_fn, args)
+        finally:  # a later thread may get this ident: it must not pass for this rank (failures.caller)
+            self._thread_ranks.pop(ident, None)
+
+    def _run_rank(self, me: _RankState, fn, make_fn, args) -> None:
         me.go.acquire()
         if self.aborted:
             return
@@ -276,6 +283,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                     fn = self._make_fn(me, make_fn)
                 placed = self._place(me, tuple(args))
                 me.result = fn(SimDist(self, me.rank), *placed)
+                self.storage.close_rank(me.rank)  # a storage resized in place since an op last showed it
                 self.ledgers[me.rank].close()  # what the rank holds as it returns, its inputs included
                 del placed
         except _Abort:
@@ -377,8 +385,11 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                     r.thread.join(timeout=max(0.0, stop - time.monotonic()))
                 stuck = [r.rank for r in stuck if r.thread.is_alive()]
                 if stuck and self.error is not None:
-                    _note(self.error, f"(the threads of ranks {stuck} did not stop within 5 s: busy in C code, or "
-                                      f"catching every exception; they are still being stopped)")
+                    which = f"rank {stuck[0]}'s thread" if len(stuck) == 1 else f"the threads of ranks {stuck}"
+                    _note(self.error, f"({which} did not stop within 5 s of being stopped: it catches every "
+                                      f"exception (`except BaseException`), or is busy in C code. It is abandoned: it "
+                                      f"keeps running in this process, using the CPU, until the process ends "
+                                      f"(a command-line run ends as usual; in a notebook, restart the kernel).)")
 
 
 _active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)

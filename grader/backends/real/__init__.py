@@ -40,14 +40,16 @@ The files of this folder:
     group.py     the parent: starts N processes, collects each task, never leaves a process behind
     reports.py   what went wrong, in words (shared with torchrun's launcher, frontends/launch.py)
     grading.py   payloads -> Observation -> core/grading.py, for a folder of puzzle files
+    launches.py  a job of several launches (p18), each a fresh group, on a folder that outlives them
+    disk.py      the checkpoint disk as a real folder, and a process that dies at its crash point
     compare.py   the simulator and real processes side by side (does the simulator mean the same thing?)
 """
 
 from __future__ import annotations
 
 from .compare import Comparison, compare
-from .grading import grade_files, grade_folder, observation
-from .group import DEFAULT_TIMEOUT, TaskOutcome, run, run_tasks
+from .grading import grade_files, grade_folder
+from .group import DEFAULT_TIMEOUT, TaskOutcome, observation, run, run_tasks
 from .rank import FunctionTask, PuzzleTask, device_for, enable_debug_detail, execute
 from .reports import classify, describe_errors, describe_hang
 from .tracker import ProcessTracker

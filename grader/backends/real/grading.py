@@ -6,23 +6,15 @@ from pathlib import Path
 
 from ...core.grading import grade_observation
 from ...core.result import ERROR, TAMPERED, PuzzleResult
-from ...core.spec import Observation
 from ..learner_code import load_puzzle, not_implemented_result
 from ..tamper import Fingerprint, describe, describe_internals, internals_used, untampered
-from .group import run_tasks
+from .group import observation, run_tasks
+from .launches import LaunchError, LaunchNotImplemented, RealLauncher, TamperedLaunch
 from .reports import raised_not_implemented
 from .rank import PuzzleTask
 
 # --------------------------------------------------------------------------------------------------------------
-# From payloads to an Observation, and grading.
-
-
-def observation(payloads, backend: str = "torch"):
-    ledgers = [p["ledger"] for p in payloads]
-    events = sorted((e for p in payloads for e in p["events"]), key=lambda e: (e["start"], e["rank"], e["stream"],
-                                                                                e["end"]))
-    return Observation([p["result"] for p in payloads], [l["peak"] for l in ledgers], ledgers, events, 0,
-                       backend=backend)
+# Grading: payloads -> Observation (group.observation) -> core/grading.py.
 
 
 def grade_folder(folder: Path, specs, seed: int, *, world_size: int | None = None, **options) -> list:
@@ -35,6 +27,27 @@ def grade_folder(folder: Path, specs, seed: int, *, world_size: int | None = Non
                            f"puzzle's sizes and budgets fix its world size")
         specs = chosen
     return grade_files([(spec, folder / spec.filename) for spec in specs], seed, **options)
+
+
+def grade_job(spec, path: Path, module, seed: int, **options) -> PuzzleResult:
+    """A puzzle graded on a job of several launches (spec.job): each launch a group of real processes, on a
+    folder that outlives them (launches.py)."""
+    launcher = RealLauncher(spec, path, seed, options.get("dist_backend", "gloo"), options.get("timeout"),
+                            options.get("start_method"))
+    inputs = spec.make_inputs(seed)
+    try:
+        obs = spec.job(launcher, inputs)
+    except TamperedLaunch as exc:
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe(list(exc.args[0])))
+    except LaunchNotImplemented as exc:
+        return not_implemented_result(spec, module, exc)
+    except LaunchError as exc:
+        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=str(exc))
+    finally:
+        launcher.close()
+        if options.get("outcomes_out") is not None:
+            options["outcomes_out"].extend(launcher.outcomes)
+    return grade_observation(spec, obs, inputs)
 
 
 def grade_files(answers, seed: int, *, dist_backend: str = "gloo", timeout: float | None = None, start_method=None,
@@ -54,6 +67,9 @@ def grade_files(answers, seed: int, *, dist_backend: str = "gloo", timeout: floa
             loaded = untampered(spec, before, load_puzzle(spec, path))
         if isinstance(loaded, PuzzleResult):
             results[i] = loaded
+        elif spec.job_of_launches:  # several launches, each its own group of processes (p18)
+            results[i] = grade_job(spec, path, loaded, seed, dist_backend=dist_backend, timeout=timeout,
+                                   start_method=start_method, outcomes_out=outcomes_out)
         else:
             runnable.append(i)
             modules[i] = loaded

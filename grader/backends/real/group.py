@@ -21,6 +21,8 @@ import torch.distributed as dist
 
 from puzzles.simulator.clock import CostModel
 
+from ...core.spec import Observation
+from .disk import CRASH_EXIT
 from .rank import STARTUP_TIMEOUT, FunctionTask, _child_main
 from .reports import _first_line, _tail, classify, describe_errors, describe_hang
 
@@ -164,7 +166,8 @@ class _Group:
                     return payloads, self._describe_errors(k, payloads, [])
                 return payloads, None
             dead = [r for r in missing if self.procs[r].exitcode is not None]
-            if dead:
+            planned = all(self.procs[r].exitcode == CRASH_EXIT for r in dead)  # a failure the task injected (p18)
+            if dead and (not planned or len(dead) == len(missing)):  # (the others run on until they wait for it)
                 return payloads, self._describe_dead(dead, f"in {self.tasks[k].describe()}", payloads)
             now = time.monotonic()
             if first_error_at is not None and now > first_error_at + ERROR_GRACE:
@@ -256,6 +259,15 @@ def _load(path: Path, rank: int) -> dict:
         return {"rank": rank, "error_type": "UnloadableResult",
                 "error": (f"UnloadableResult: the rank returned data the grader will not load ({type(exc).__name__}): "
                           f"return tensors and plain Python values (numbers, strings, lists, tuples, dicts) only")}
+
+
+def observation(payloads, backend: str = "torch"):
+    """Every rank's payload of one task as the Observation a simulated run gives (no clock: makespan 0)."""
+    ledgers = [p["ledger"] for p in payloads]
+    events = sorted((e for p in payloads for e in p["events"]), key=lambda e: (e["start"], e["rank"], e["stream"],
+                                                                                e["end"]))
+    return Observation([p["result"] for p in payloads], [l["peak"] for l in ledgers], ledgers, events, 0,
+                       backend=backend)
 
 
 def run_tasks(tasks, world_size: int, *, backend: str = "gloo", timeout: float = DEFAULT_TIMEOUT,

@@ -110,7 +110,7 @@ def tampering(task, tracker) -> list[str]:
     found = []
     before = getattr(task, "before", None)
     if before is not None:
-        found = before.changes(Fingerprint())
+        found = before.changes(Fingerprint(with_kernels=True))
         if found:
             before.restore()
     if tracker is not None:
@@ -141,6 +141,7 @@ def execute(task, rank: int, world_size: int, device=None) -> dict:
                     tracker.charge_module(getattr(task, "module", None))
                     placed = tracker.place(tuple(args))
                     result = fn(dist, *placed)
+                    tracker.storage.close_rank(rank)  # a storage resized in place since an op last showed it
                     tracker.ledger.close()  # what the rank holds as it returns, its inputs included
                     del placed
             finally:

@@ -22,6 +22,10 @@ from puzzles.simulator.memory import AT_IMPORT, Ledger, SiteFinder, StorageTrack
 
 PLACED_SITE = "input placed on the rank by the launcher"
 _ITEM = torch.ops.aten._local_scalar_dense.default
+# torch.tensor([...]) makes its storage outside the dispatcher and hands it to lift_fresh, a view op: that storage
+# is the rank's new memory all the same (the simulator's mode.py charges it too).
+_LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
+          (getattr(getattr(torch.ops.aten, name, None), o, None) for o in ("default",)) if op is not None}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DIST_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
 _DISPATCH_FILES = {os.path.join(_TORCH_DIR, "_ops.py"), os.path.join(_TORCH_DIR, "utils", "_python_dispatch.py"),
@@ -44,6 +48,13 @@ def _nbytes(x) -> int:
 # c10d op -> (the simulator's name for it, which argument holds the buffer whose bytes the simulator counts).
 # The simulator's `nbytes`: all_reduce and broadcast the tensor; all_gather and all_gather_into_tensor the gathered
 # (full) output; reduce_scatter_tensor the full input; send/recv the message; barrier nothing.
+# The async ops whose result gloo copies into the output inside work.wait(), in the caller's thread (measured on
+# torch 2.13 under a dispatch mode: reduce_scatter_tensor runs split + copy_ there; recv, all_reduce, all_gather,
+# broadcast and all_to_all run nothing). Only these outputs are pending: marking every async output pending left a
+# recv's storage in the set forever, and a later tensor at the same address had its first in-place op taken for a
+# delivery (p15's dq.add_, 40 ticks off the clock on gloo only).
+DELIVERED_BY_COPY = frozenset({"_reduce_scatter_base_"})
+
 COMM_OPS = {
     "allreduce_": ("all_reduce", 0),
     "allreduce_coalesced_": ("all_reduce_coalesced", 0),
@@ -224,14 +235,11 @@ class ProcessTracker(TorchDispatchMode):
         closures)."""
         made, seen = [], set()
         for name, t in module_tensors(module):
-            try:
-                storage = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
-                continue
-            if storage._cdata not in seen:
-                seen.add(storage._cdata)
-                self.storage.adopt(storage, self.rank, f"{name}  {AT_IMPORT}")
-                made.append((f"{name} (a global of your file)", storage.nbytes()))
+            for storage in guards.storages_of(t, self):  # (a sparse tensor's parts; a subclass is refused)
+                if storage._cdata not in seen:
+                    seen.add(storage._cdata)
+                    self.storage.adopt(storage, self.rank, f"{name}  {AT_IMPORT}")
+                    made.append((f"{name} (a global of your file)", storage.nbytes()))
         guards.check_import(self.rank, made)
 
     def place(self, value):
@@ -245,7 +253,8 @@ class ProcessTracker(TorchDispatchMode):
         return place_inputs(value, copy_tensor)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        """Charge each new storage an op makes to this rank. A view op makes none: a storage first seen as the
+        """Charge each new storage an op makes to this rank. A view op makes none (but torch.tensor's lift_fresh,
+        whose storage is new memory): a storage first seen as the
         output of one was made outside the tracked ops, by the runtime (gloo's async reduce_scatter_tensor splits
         its own flat buffer inside work.wait(), in the caller's thread: measured, 262,144 bytes charged to the
         learner's wait() line before this rule), and is not the learner's."""
@@ -264,15 +273,14 @@ class ProcessTracker(TorchDispatchMode):
         for t in outs:
             if not isinstance(t, torch.Tensor):
                 continue
-            try:
-                st = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            if st._cdata not in self.storage.owner and not func.is_view:
-                if runtime is None:
-                    runtime = _in_runtime()
-                if not runtime:
-                    self.storage.adopt(st, self.rank, self.sites.allocation_site())
+            for st in guards.storages_of(t, self):  # (a sparse tensor's parts; a subclass is refused)
+                if st._cdata in self.storage.owner:  # grown in place (resize_, out=, set_)?
+                    self.storage.see(st, self.rank, self.sites.allocation_site)
+                elif not func.is_view or func in _LIFTS:
+                    if runtime is None:
+                        runtime = _in_runtime()
+                    if not runtime:
+                        self.storage.adopt(st, self.rank, self.sites.allocation_site())
         cost = op_cost(func, args, kwargs, out)
         if cost is not FREE and not self._delivery(func, args):
             self.flops += charge_compute(self.clock, self.rank, self.cost, cost, func, out, self.labels,
@@ -320,7 +328,7 @@ class ProcessTracker(TorchDispatchMode):
             out = _through_private_buffers(func, args, kwargs, writes=kind not in ("send", "barrier"))
         else:
             out = func(*args, **kwargs)
-            if kind not in ("send", "barrier"):  # the op writes into its first argument, later, in wait()
+            if name in DELIVERED_BY_COPY:  # gloo writes its first argument later, in wait(), by a copy_
                 for t in _flat_tensors(args[0]):
                     try:
                         self.pending_outputs.add(t.untyped_storage()._cdata)

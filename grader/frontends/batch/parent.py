@@ -2,8 +2,10 @@
 
 SUBMISSIONS is a folder; each notebook (*.ipynb) or sub-folder laid out like puzzles/ in it is one submission, and
 anything else in it gets a row that says so. The parent copies each submission (its top-level .py files; a
-notebook's puzzle cells) into a private folder, then asks a zygote (zygote.py: torch imported once per job) to
-run each puzzle in a fresh jail (sandbox.py) with its own time and memory limits. The jail only observes; the
+notebook's puzzle cells, which a zygote's child reads within a time limit) into a private folder, then asks a
+zygote (zygote.py: torch imported once per job) to run each puzzle in a fresh jail (sandbox.py) with its own time
+and memory limits. The parent is a subreaper: what a puzzle leaves running past its warden and its zygote is
+orphaned onto it, and killed (Strays). The jail only observes; the
 parent, which never imports a learner's code, parses the record (record.py: no pickle), checks its
 structure, computes the reference and decides the verdict. A puzzle that loops, crashes, exits, exhausts memory
 or tampers with the grader costs that puzzle only, with a reason the learner can read. The threat model is in
@@ -20,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -31,17 +34,49 @@ from .submissions import Broken, Submission, private_copy, submissions_in
 from .verdict import printable, verdict
 
 GRACE = 30.0  # seconds past a puzzle's limit for its warden to answer before the worker counts as lost
+READ_SECONDS = 60  # to read a notebook's cells (measured: 0.3 s for the standalone notebook, which is the largest)
 ENVIRONMENT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH"}  # what a worker inherits
 
 
 # ---- the workers
 
 
-class Worker:
-    """One job slot: a zygote process and the socket to it. Restarted if it stops answering."""
+class Strays:
+    """The batch's parent is a subreaper (Linux): whatever a puzzle starts that outlives its warden and its zygote
+    (a daemon that killed both) is orphaned onto it, not onto init. `sweep` kills and reaps every such child, never
+    a worker's zygote nor a child this process had before the batch; `close` sweeps and stops being a subreaper."""
 
-    def __init__(self, slot: int, mode: str, logs: Path):
-        self.slot, self.mode, self.logs, self.closing = slot, mode, logs, False
+    def __init__(self):
+        self.lock = threading.Lock()  # a sweep never runs while a worker's zygote is being started
+        self.keep = set(reaper.children_of(os.getpid()))
+        self.was_subreaper = sandbox.subreaper(True)
+
+    def spawn(self, start):
+        with self.lock:
+            proc = start()
+            self.keep.add(proc.pid)
+            return proc
+
+    def forget(self, pid: int) -> None:
+        with self.lock:
+            self.keep.discard(pid)
+
+    def sweep(self) -> None:
+        with self.lock:
+            reaper.kill_strays(self.keep)
+
+    def close(self) -> None:
+        self.sweep()
+        if not self.was_subreaper:
+            sandbox.subreaper(False)
+
+
+class Worker:
+    """One job slot: a zygote process and the socket to it. Restarted if it stops answering (and what its puzzles
+    left orphaned onto the batch's parent is killed then: `strays`)."""
+
+    def __init__(self, slot: int, mode: str, logs: Path, strays: Strays):
+        self.slot, self.mode, self.logs, self.closing, self.strays = slot, mode, logs, False, strays
         self.start()
 
     def start(self) -> None:
@@ -53,10 +88,10 @@ class Worker:
         root = str(Path(__file__).resolve().parents[2])  # the zygote imports this very grader
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
         self.log = open(self.logs / f"zygote-{self.slot}.log", "ab")
-        self.proc = subprocess.Popen(
+        self.proc = self.strays.spawn(lambda: subprocess.Popen(
             [sys.executable, "-m", "grader", "_zygote", "--fd", str(theirs.fileno()), "--sandbox", self.mode,
              "--slot", str(self.slot)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.log,
-            stderr=self.log, env=env, start_new_session=True)
+            stderr=self.log, env=env, start_new_session=True))
         theirs.close()
         self.sock, self.ready = ours, None
 
@@ -82,9 +117,29 @@ class Worker:
             if self.closing:
                 return {"puzzle": request["puzzle"], "warden_error": "the batch was interrupted"}, b""
             tail = self.log_tail()
-            self.stop()
-            self.start()
+            self.replace()
             return {"puzzle": request["puzzle"], "warden_error": f"{exc}; {tail}"}, b""
+
+    def read_notebook(self, notebook: Path, into: Path) -> str:
+        """The zygote reads the notebook in a child of its own, within READ_SECONDS (zygote.read_notebook); '' or
+        why it could not."""
+        self.wait_ready()
+        try:
+            wire.send(self.sock, {"notebook": str(notebook), "into": str(into), "timeout": READ_SECONDS})
+            reply, _ = wire.receive(self.sock, time.monotonic() + READ_SECONDS + GRACE)
+        except (EOFError, TimeoutError, OSError) as exc:  # a grader failure: the worker is replaced
+            if self.closing:
+                return "the batch was interrupted"
+            tail = self.log_tail()
+            self.replace()
+            return f"the grader could not read the notebook ({exc}; {tail})"
+        return printable(str(reply.get("error", "")), 300)
+
+    def replace(self) -> None:
+        """A worker that stopped answering: stop it, and everything it left behind, and start afresh."""
+        self.stop()
+        self.strays.sweep()
+        self.start()
 
     def log_tail(self) -> str:
         try:
@@ -103,6 +158,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self.strays.forget(self.proc.pid)
         uid = (self.ready or {}).get("uid")
         if uid is not None:
             reaper.sweep_uid(uid)
@@ -123,7 +179,7 @@ def grade_submission(sub: Submission, index: int, worker: Worker | None, seed: i
         return _finish(row, started)
     copy = scratch / f"{index:05d}"
     try:
-        row["flags"] += private_copy(sub, into=copy)
+        row["flags"] += private_copy(sub, into=copy, worker=worker)
         for spec in select(puzzle_ids):
             limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
             if limit <= 0.5:  # not enough left to start a puzzle's process
@@ -170,12 +226,15 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
     items = submissions_in(Path(folder))
     gradable = [i for i in items if not i.error]
     rows: dict[int, dict] = {}
+    strays = Strays()  # from here on, what a puzzle leaves behind is orphaned onto this process, and killed
+    workers: list[Worker] = []
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
         scratch.chmod(0o711)  # a job's uid may pass through (process mode); nobody may list it
-        workers = [Worker(slot, sandbox_mode, scratch) for slot in range(min(max(1, jobs), len(gradable)))]
         pool = None
         try:
+            for slot in range(min(max(1, jobs), len(gradable), sandbox.JOBS_PER_BATCH)):
+                workers.append(Worker(slot, sandbox_mode, scratch, strays))
             if workers:
                 print(describe_sandbox(workers[0].wait_ready()), file=progress, flush=True)
             idle: queue.Queue = queue.Queue()
@@ -204,6 +263,7 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
                 w.stop()
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+            strays.close()
     return [rows[i] for i in range(len(items))]
 
 

@@ -73,6 +73,29 @@ def sweep_uid(uid: int) -> int:
     return killed
 
 
+def kill_strays(keep) -> int:
+    """Kill and reap every child of this process but those in `keep` (its own workers, and the children it had
+    before): in a subreaper, the orphans of what it started, a daemon that killed its warden and its zygote
+    included. Round after round until none is left; returns how many were killed."""
+    killed = 0
+    for _ in range(1000):
+        strays = [pid for pid in children_of(os.getpid()) if pid not in keep]
+        if not strays:
+            break
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return killed
+
+
 def reap_children() -> None:
     """Kill and reap every child of this process (a subreaper: orphans of what it started are its children),
     until none is left; a fork bomb is bounded by RLIMIT_NPROC."""

@@ -9,6 +9,13 @@ tensor; and "sizes", the byte count of every tensor. The parent reads it with `j
 in a record can name a class or a function. That is stricter than `torch.load(weights_only=True)`, whose
 unpickler had a remote-code-execution bypass before torch 2.6 (CVE-2025-32434) and memory corruption before 2.10
 (CVE-2026-24747); this project supports torch 2.2 and later.
+
+`dumps` runs in the puzzle's own process, after the learner's code: it runs none of it. Everything it uses was
+bound when this module was imported (before any learner's code): JSON's C encoder, `math.isfinite`, torch's
+conversions, run with __torch_function__ and dispatch modes switched off. It takes exact plain types only (and
+the subclasses of tuple, list, dict, int, float and str through their base type's own methods, never theirs), and
+tensors of the classes torch.Tensor and nn.Parameter: a learner's class (a dict whose items() lies, a tensor
+subclass) never gets a call.
 """
 
 from __future__ import annotations
@@ -25,39 +32,70 @@ DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch
 MAX_ELEMENTS = 1 << 28
 
 
+def _refuse(x):
+    raise TypeError(f"a {type(x).__name__}")
+
+
+try:  # JSON's C encoder, made now: a learner's later change to json's classes or functions cannot reach it
+    _ENCODE = json.encoder.c_make_encoder(None, _refuse, json.encoder.encode_basestring_ascii, None, ": ", ", ",
+                                          False, False, False)
+except (AttributeError, TypeError):  # a Python without json's C speedups: the fingerprint watches json instead
+    _ENCODE = None
+_json_dumps, _isfinite, _float_repr, _join = json.dumps, math.isfinite, float.__repr__, "".join
+_no_function, _no_dispatch = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_tuple_iter, _list_iter, _dict_items, _int, _str = tuple.__iter__, list.__iter__, dict.items, int.__int__, str.__str__
+_uint8, _cpu = torch.uint8, torch.device("cpu")
+
+
+def _tensor_bytes(x: torch.Tensor) -> tuple[bytes, str, list]:
+    with _no_function(), _no_dispatch():
+        t = torch.Tensor.contiguous(torch.Tensor.to(torch.Tensor.detach(x), _cpu))
+        if str(t.dtype) not in DTYPES:
+            raise TypeError(f"a tensor of {t.dtype}")
+        # copied without numpy: torch 2.2's numpy bridge fails under numpy 2
+        raw = bytearray(t.numel() * t.element_size())
+        if raw:
+            flat = torch.Tensor.view(torch.Tensor.reshape(t, (-1,)), _uint8)
+            torch.Tensor.copy_(torch.frombuffer(raw, dtype=_uint8), flat)
+        raw = bytes(raw)
+        return raw, str(t.dtype), [_int(n) for n in _tuple_iter(t.shape)]
+
+
 def dumps(value) -> bytes:
     """The record's bytes; TypeError for anything but plain data and tensors (a lambda, a module, a lock...)."""
     blobs: list[bytes] = []
 
     def encode(x):
-        if x is None or isinstance(x, (bool, int, str)):
+        kind = type(x)
+        if x is None or kind is bool:
             return x
-        if isinstance(x, float):
-            return x if math.isfinite(x) else {"f": repr(x)}
-        if isinstance(x, torch.Tensor):
-            t = x.detach().to("cpu").contiguous()
-            if str(t.dtype) not in DTYPES:
-                raise TypeError(f"a tensor of {t.dtype}")
-            blobs.append(_raw_bytes(t))
-            return {"t": len(blobs) - 1, "dtype": str(t.dtype), "shape": list(t.shape)}
-        if isinstance(x, tuple):  # torch.Size included
-            return {"u": [encode(v) for v in x]}
-        if isinstance(x, list):
-            return [encode(v) for v in x]
-        if isinstance(x, dict):
-            return {"m": [[encode(k), encode(v)] for k, v in x.items()]}
-        raise TypeError(f"a {type(x).__name__}")
+        if issubclass(kind, int):
+            return _int(x)
+        if issubclass(kind, float):
+            x = float(_float_repr(x)) if kind is not float else x
+            return x if _isfinite(x) else {"f": _float_repr(x)}
+        if issubclass(kind, str):
+            return _str(x)
+        if kind in _TENSORS:
+            raw, dtype, shape = _tensor_bytes(x)
+            blobs.append(raw)
+            return {"t": len(blobs) - 1, "dtype": dtype, "shape": shape}
+        if issubclass(kind, tuple):  # torch.Size included
+            return {"u": [encode(v) for v in _tuple_iter(x)]}
+        if issubclass(kind, list):
+            return [encode(v) for v in _list_iter(x)]
+        if issubclass(kind, dict):
+            return {"m": [[encode(k), encode(v)] for k, v in _dict_items(x)]}
+        raise TypeError(f"a {kind.__name__}")
 
-    header = json.dumps({"value": encode(value), "sizes": [len(b) for b in blobs]}, allow_nan=False).encode()
-    return MAGIC + len(header).to_bytes(8, "big") + header + b"".join(blobs)
+    head = {"value": encode(value), "sizes": [len(b) for b in blobs]}
+    text = _join(_ENCODE(head, 0)) if _ENCODE is not None else _json_dumps(head, allow_nan=False)
+    header = text.encode()
+    return MAGIC + len(header).to_bytes(8, "big") + header + _join_bytes(blobs)
 
 
-def _raw_bytes(t: torch.Tensor) -> bytes:
-    """A contiguous tensor's bytes, copied without numpy: torch 2.2's numpy bridge fails under numpy 2."""
-    raw = bytearray(t.numel() * t.element_size())
-    if raw:
-        torch.frombuffer(raw, dtype=torch.uint8).copy_(t.reshape(-1).view(torch.uint8))
-    return bytes(raw)
+_join_bytes = b"".join
 
 
 class RecordError(ValueError):

@@ -37,10 +37,19 @@ NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NE
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 24, 28, 38, 36
+PR_GET_CHILD_SUBREAPER = 37
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
 
-SANDBOX_UID = 2_000_000_000  # job slot i runs as uid and gid SANDBOX_UID + i: far above any login or subuid range
+SANDBOX_UID = 2_000_000_000  # far above any login or subuid range: the first uid a batch's jobs may run as
+JOBS_PER_BATCH = 256  # a batch takes a block of this many uids (job slot i runs as uid and gid block + i)
+
+
+def uid_block(batch_pid: int) -> int:
+    """The first uid of the block of the batch whose parent has this process id: two batches running at once on
+    one machine never share a uid, so neither kills the other's puzzles when it sweeps its own uids. (Process ids
+    are below 2**22 on Linux: the last block ends at 3,073,741,823, below the largest uid.)"""
+    return SANDBOX_UID + (batch_pid % (1 << 22)) * JOBS_PER_BATCH
 NPROC = 128  # processes *and threads* a puzzle may have at once (a 4-rank simulation uses 6)
 FILE_MB = 64  # the largest file a puzzle may write (RLIMIT_FSIZE)
 SCRATCH = "size=64m,nr_inodes=4096,mode=0755"  # the tmpfs of the private copy and of /tmp
@@ -73,6 +82,17 @@ def _check(result: int, what: str) -> None:
 
 def prctl(option: int, arg: int = 0) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
+
+
+def subreaper(on: bool) -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux), or stop; returns whether it was one.
+    Elsewhere a no-op that returns False (macOS has no subreaper: see the README)."""
+    if sys.platform != "linux" or _libc is None:
+        return False
+    was = ctypes.c_int(0)
+    _libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, int(on))
+    return bool(was.value)
 
 
 def mount(source, target, fstype, flags: int, data: str | None = None) -> None:

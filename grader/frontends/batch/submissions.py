@@ -121,9 +121,11 @@ def top_files(folder: Path) -> dict[str, Path]:
     return {e.name: e for e in entries if e.suffix == ".py" or e.is_symlink()}
 
 
-def private_copy(sub: Submission | Path, kind: str | None = None, into: Path | None = None) -> list[str]:
+def private_copy(sub: Submission | Path, kind: str | None = None, into: Path | None = None, worker=None) -> list[str]:
     """Copy what will be graded into `into` (the parent's own folder, which no jail can see); return the flags.
     Only regular files are copied: a symbolic link (to another student's folder, to solutions/) is not followed.
+    A notebook is read by `worker` (parent.Worker: a process of its own, with a time and a memory limit, since a
+    notebook is the learner's data and the parent must never wait on it), or here when there is none.
     `private_copy(folder_or_notebook, kind, into)` copies one item as it is."""
     if isinstance(sub, Path):
         item = sub
@@ -131,7 +133,12 @@ def private_copy(sub: Submission | Path, kind: str | None = None, into: Path | N
                          files=None if kind == "notebook" else top_files(item))
     into.mkdir(mode=0o700)
     if sub.notebook is not None:
-        return _copy_notebook(sub.notebook, into)
+        if sub.notebook.stat().st_size > MAX_FILE_MB << 20:
+            raise Broken(f"the notebook is larger than {MAX_FILE_MB} MiB")
+        problem = worker.read_notebook(sub.notebook, into) if worker is not None else copy_notebook(sub.notebook, into)
+        if problem:
+            raise Broken(problem)
+        return []
     flags, total = [], 0
     for name, entry in sorted(sub.files.items()):
         if entry.is_symlink():
@@ -146,17 +153,16 @@ def private_copy(sub: Submission | Path, kind: str | None = None, into: Path | N
     return flags
 
 
-def _copy_notebook(item: Path, into: Path) -> list[str]:
-    if item.stat().st_size > MAX_FILE_MB << 20:
-        raise Broken(f"the notebook is larger than {MAX_FILE_MB} MiB")
+def copy_notebook(item: Path, into: Path) -> str:
+    """Write the notebook's puzzles into `into` as files; '' or why it could not be read (one line)."""
     from ..notebooks.file import notebook_target
 
     try:
         with notebook_target(item) as folder:
             for f in folder.glob("*.py"):
                 shutil.copyfile(f, into / f.name)
-    except Exception as exc:  # not JSON, not a notebook, a cell that is not text, ...
+    except Exception as exc:  # not JSON, not a notebook, a cell that is not text, too much code, ...
         # its name, never the path it has on the grading machine (which the learner reads in the feedback)
         first = (str(exc).replace(str(item), item.name).strip().splitlines() or [""])[0][:200]
-        raise Broken(f"could not read the notebook: {type(exc).__name__}: {printable(first)}") from None
-    return []
+        return f"could not read the notebook: {type(exc).__name__}: {printable(first)}"
+    return ""

@@ -14,12 +14,12 @@ import signal
 import threading
 
 from ...core.grading import grade_observation
-from ...core.result import ERROR, GRADER_ERROR, NOT_ATTEMPTED, PARTIAL, TAMPERED, PuzzleResult
+from ...core.result import ERROR, NOT_ATTEMPTED, PARTIAL, TAMPERED, PuzzleResult
 
 # What a puzzle's process may report instead of an observation (what backends.simulator.observe_file returns when
-# there is nothing to grade: not attempted, partly written, an error, tampering its own detector found, a grader
-# failure). PASS and FAIL only the parent decides.
-CHILD_STATUSES = (NOT_ATTEMPTED, PARTIAL, ERROR, TAMPERED, GRADER_ERROR)
+# there is nothing to grade: not attempted, partly written, an error, tampering its own detector found). PASS,
+# FAIL and a grader failure only the parent decides: a record that claims "grader_error" is malformed.
+CHILD_STATUSES = (NOT_ATTEMPTED, PARTIAL, ERROR, TAMPERED)
 from ...core.spec import Observation
 from . import record as record_format
 from .sandbox import FILE_MB
@@ -70,6 +70,9 @@ def verdict(spec, reply: dict, payload: bytes, seed: int, timeout: float, memory
     if reply.get("warden_error"):
         return error(f"the grader could not run this puzzle (a grader failure, not the answer's): "
                      f"{printable(reply['warden_error'], 600)}"), [f"{spec.id}: grader failure"]
+    if not reply.get("jailed"):  # the puzzle's process ended before any learner's code ran
+        return error(f"the grader could not run this puzzle: the sandbox could not be entered (a grader failure, "
+                     f"not the answer's){said}"), [f"{spec.id}: grader failure (the sandbox could not be entered)"]
     if reply.get("timed_out"):
         return error(f"stopped after {timeout:g} s: an endless loop, or a wait that never ends? (the limit is "
                      f"{timeout:g} s per puzzle; the other puzzles are graded on their own){said}"), []
@@ -117,8 +120,6 @@ def _ended(reply: dict, memory_mb: int, said: str) -> str:
                signal.SIGSEGV: "crashed in native code (SIGSEGV)"}.get(sig, f"was killed by {name}")
         return f"the puzzle's process {why} before it reported{said}"
     code = reply.get("exit")
-    if code == 70:
-        return f"the sandbox could not be entered (a grader failure){said}"
     return (f"the puzzle's process ended (exit status {code}) before it reported: os._exit() or sys.exit() "
             f"outside the puzzle's functions?{said}")
 

@@ -62,6 +62,10 @@ _GRAD_MODE_ON = ("the grader calls the backward function with grad mode on (outs
 _LEAF_ALREADY = ("x does not require grad, so its chunk is already a leaf; requires_grad_() on it makes the same "
                  "leaf detach() would (a view either way, no copy)")
 _SEND_COPIES = "a send copies the values; whether the tensor sent carries a graph changes nothing on either rank"
+_ACTIVATION_RECEIVED = ("the next rank has received this activation before it can send its gradient back, so the "
+                        "isend's wait() is instant wherever it stands after the forward: the same makespan and peaks")
+_COOL_DOWN_W = ("in the cool-down a W run after one more B fills a gap the rank would wait in anyway: the same "
+                "makespan and peaks, measured")
 # p11's build_3d_groups, as the mutator unparses it with two coordinates of one comprehension swapped
 _LAYOUT_LINE = "layouts = {  # every group of each kind, in the same order on every rank"
 _LAYOUT_TP = ("layouts = {'tp': [[at(dp, pp, tp) for tp in range(T)] for pp in range(P) for dp in range(D)], "
@@ -213,6 +217,76 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "the flat copy being reduce-scattered: +65,536 bytes at rank 0's peak, measured, the same makespan. "
                "p10's rules budget the weights (the gathered buffers, and everything the forward holds), not the "
                "backward's gradient buffers: no stated rule forbids it"),
+    Equivalent("p16", "off-by-one", "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units)",
+               "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units + 1)",
+               "for the puzzle's sizes (p = 4, v = 2, m = 8) min() picks the warm-up, at most 10, either way: the "
+               "m·v = 16 units cap it only when m is smaller than the text fixes"),
+    Equivalent("p16", "off-by-one", "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units)",
+               "warmup = min((world - rank - 1) * 2 + (v - 1) * world, units - 1)",
+               "for the puzzle's sizes (p = 4, v = 2, m = 8) min() picks the warm-up, at most 10, either way: the "
+               "m·v = 16 units cap it only when m is smaller than the text fixes"),
+    Equivalent("p16", "swap-statements", "dist.recv(g, src=(rank + 1) % world)",
+               "activation_sends.pop((c, i)).wait()  # its gradient is back: the next rank had the activation",
+               _ACTIVATION_RECEIVED),
+    Equivalent("p16", "swap-statements",
+               "activation_sends.pop((c, i)).wait()  # its gradient is back: the next rank had the activation",
+               "y.backward(g)", _ACTIVATION_RECEIVED),
+    Equivalent("p16", "drop-detach", "a = x.chunk(n_micro)[i].detach()", "a = x.chunk(n_micro)[i]", _LEAF_ALREADY),
+    Equivalent("p16", "drop-detach", "activation_sends[c, i] = dist.isend(y.detach(), (rank + 1) % world)",
+               "activation_sends[c, i] = dist.isend(y, (rank + 1) % world)", _SEND_COPIES),
+    Equivalent("p16", "swap-args", "y = loss_fn(y, target.chunk(n_micro)[i]) / n_micro",
+               "y = loss_fn(target.chunk(n_micro)[i], y) / n_micro", _SYMMETRIC_LOSS),
+    Equivalent("p17", "off-by-one", "warmup = min(world - 1 - rank, n_micro)",
+               "warmup = min(world - 1 - rank, n_micro + 1)",
+               "for the puzzle's sizes (p = 4, m = 8) min() picks world - 1 - rank <= 3 either way"),
+    Equivalent("p17", "off-by-one", "warmup = min(world - 1 - rank, n_micro)",
+               "warmup = min(world - 1 - rank, n_micro - 1)",
+               "for the puzzle's sizes (p = 4, m = 8) min() picks world - 1 - rank <= 3 either way"),
+    Equivalent("p17", "off-by-one", "if len(waiting) > rank:", "if len(waiting) >= rank:",
+               "rank r defers r - 1 W's in the steady state instead of r: a schedule between 1F1B and ZB-H1 whose "
+               "last stage idles 3,715 ticks, measured, within the stated budget of 3,906 (and under a third of "
+               "1F1B's 12,120); it holds fewer microbatches. The rules are the bubble and the memory, not ZB-H1's "
+               "exact order", occurrence=1),
+    Equivalent("p17", "off-by-one", "if len(waiting) > rank:", "if len(waiting) >= rank:", _COOL_DOWN_W,
+               occurrence=2),
+    Equivalent("p17", "drop-guard", "if len(waiting) > rank:", "if True:", _COOL_DOWN_W, occurrence=2),
+    Equivalent("p17", "swap-statements", "while waiting:  # the deferred W's, in what was 1F1B's bubble",
+               "for work in gradient_sends:",
+               "the last input gradient a rank sends is received by the rank before it at once (it waits for "
+               "nothing else by then), so waiting for the sends before the deferred W's or after takes the same "
+               "time: the same makespan and peaks, measured"),
+    Equivalent("p17", "swap-statements", "dist.recv(g, src=rank + 1)",
+               "activation_sends.pop(i).wait()  # its gradient is back: the next rank had the activation",
+               _ACTIVATION_RECEIVED),
+    Equivalent("p17", "drop-detach", "a = x.chunk(n_micro)[i].detach()", "a = x.chunk(n_micro)[i]", _LEAF_ALREADY),
+    Equivalent("p17", "drop-detach", "activation_sends[i] = dist.isend(y.detach(), rank + 1)",
+               "activation_sends[i] = dist.isend(y, rank + 1)", _SEND_COPIES),
+    Equivalent("p17", "reverse-order", "i, g = waiting.popleft()", "i, g = waiting.pop()",
+               "each W takes its own microbatch's output gradient with it from the queue, so the deferred W's run "
+               "in another order with the same pairs: the same weight gradients (summed in another order, equal to "
+               "rounding), every W still after its B; the same makespan and peaks, measured"),
+    Equivalent("p18", "off-by-one", "setattr(state, key, whole[lo - first:hi - first].clone())",
+               "setattr(state, key, whole[lo - first:hi - first + 1].clone())",
+               "the saved shards read are exactly those that overlap [lo, hi), and with 4 and 2 ranks their ends meet "
+               "hi: hi - first is the length of `whole`, so a slice one further ends at the same place"),
+    Equivalent("p18", "drop-clone", "setattr(state, key, whole[lo - first:hi - first].clone())",
+               "setattr(state, key, whole[lo - first:hi - first])",
+               "the slice is the whole of `whole`, a fresh tensor torch.cat made for it (see the off-by-one entry): "
+               "a view of it holds nothing more than the copy would"),
+    Equivalent("p18", "drop-guard", "if rank == 0:", "if True:",
+               "every rank makes the step's folder with exist_ok=True: one makes it, the others find it there "
+               "(os.makedirs(exist_ok=True) is safe against that race on a real disk too); nothing is written twice",
+               occurrence=1),
+    Equivalent("p18", "swap-statements", "dist.barrier()  # the folder exists before any rank writes into it",
+               "buffer = io.BytesIO()",
+               "an empty in-memory buffer made before the barrier rather than after it: nothing reaches the disk "
+               "before the barrier either way"),
+    Equivalent("p18", "reverse-order",
+               "for i in range(lo // size, (hi - 1) // size + 1):  # the saved shards that hold a part of mine",
+               "for i in reversed(range(lo // size, (hi - 1) // size + 1)):  # the saved shards that hold a part "
+               "of mine",
+               "the shards are read into a dict by their number and joined in sorted order; a damaged one ends "
+               "the loop whichever is read first: the same checkpoint, the same state"),
     Equivalent("p15", "swap-statements",
                "theirs = load_balanced_chunks((rank - step) % world, world)  # the chunks of the block I hold",
                "if step < world - 1:  # the next block arrives while I compute with this one",
@@ -251,4 +325,38 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("p15", "swap-args", "return out.transpose(1, 2).reshape(b, s, d) @ wo",
                "return out.transpose(2, 1).reshape(b, s, d) @ wo",
                "transpose(1, 2) and transpose(2, 1) swap the same two dimensions"),
+    *(Equivalent("p19", "off-by-one", "start, end = max(offset, lo), min(offset + p.numel(), lo + self.shard)", after,
+                 "a slice of the shard clamps at its ends: the range one element wider on the outside selects the "
+                 "same elements (g[-1:0] is empty, g[a:shard + 1] is g[a:shard]), so the same squares are added")
+      for after in ("start, end = (max(offset, lo - 1), min(offset + p.numel(), lo + self.shard))",
+                    "start, end = (max(offset, lo), min(offset + p.numel(), lo + self.shard + 1))")),
+    Equivalent("p19", "off-by-one", "if start < end:", "if start <= end:",
+               "a parameter that meets the shard at one point only adds an empty range: a sum of nothing, 0"),
+    Equivalent("p19", "swap-statements",
+               "dist.all_reduce(squares, group=self.tp_group)  # the pair's slices (and its replicated copies, halved)",
+               "dist.all_reduce(squares, group=self.dp_group)  # the other replica's half of the parameters",
+               "the sum over the data-parallel pair and then the tensor-parallel pair is the sum over the same four "
+               "ranks in another order: the same norm to the last bits or so (1e-16 relative), the same bytes"),
+    Equivalent("p19", "swap-statements", "dist.all_gather_into_tensor(flat, self.master, group=self.dp_group)",
+               "offset = 0", "offset is first read after the gather: the two statements are independent"),
+    Equivalent("p19", "drop-grad-mode", "with torch.no_grad():", "",
+               "without no_grad the master shard records a graph (cat, slice, clone) that saves no tensor; its "
+               "values are the same and every later update runs under no_grad (as p8's)", occurrence=1),
+    *(Equivalent("p19", "in-place", line, after,
+                 "the name is bound to a new tensor with the same values and the old one is freed at once: a "
+                 "transient of one shard (or one number), between steps nothing more is kept")
+      for line, after in (("g /= self.dp_size", "g = g / self.dp_size"),
+                          ("squares += g[start:end].square().sum() * weight",
+                           "squares = squares + g[start:end].square().sum() * weight"),
+                          ("g *= torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)",
+                           "g = g * torch.clamp(self.max_norm / (norm + 1e-06), max=1.0)"))),
+    *(Equivalent("p19", "in-place", "denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add_(self.eps)", after,
+                 "denom is a temporary either way; the out-of-place op makes one more shard-sized temporary, freed "
+                 "by the next op (as p8's)")
+      for after in ("denom = (self.v / (1 - beta2 ** self.t)).sqrt_().add(self.eps)",
+                    "denom = (self.v / (1 - beta2 ** self.t)).sqrt().add_(self.eps)")),
+    Equivalent("p19", "drop-free", "del flat_grad", "",
+               "the flat gradient then lives until step() returns instead of until the reduce-scatter is done "
+               "(+8·Ψ_r: the peak during the update, which p19 does not budget), and is freed when step() returns, "
+               "as the text asks; the optimizer state kept between steps is unchanged"),
 )

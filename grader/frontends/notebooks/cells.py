@@ -36,8 +36,12 @@ AT_SCALE_MARK = "# Your puzzle 11 and 14 answers"  # the at-scale section's code
 CHECK_MARK = "from grader.notebook import check"  # every check cell
 PREAMBLE = "import torch\nfrom puzzles import sim\n"  # what the tour cell imports, which later cells may rely on
 
-_MAGIC = re.compile(r"^(\s*)(?:[%!]|[\w.,\s\[\]]+=\s*[%!])")  # `%time x`, `!pip ...`, `files = !ls`
+# `%time x`, `!pip ...`, `files = !ls`: what stands before the `=` of an assignment from a magic. Everything here runs
+# in linear time on any line: a notebook is a learner's data, read by the batch's own process (a pattern with two
+# ways to match a run of spaces took 4 s on a line of 16,000 spaces, hours on a megabyte).
+_TARGETS = re.compile(r"[\w.,\s\[\]]+")
 _CELL_MAGICS_THAT_RUN_THE_CELL = ("%%time", "%%capture")
+MAX_CODE_MB = 4  # the learner's code cells of one notebook, together (a class's answers are tens of kilobytes)
 
 
 class NotebookError(ValueError):
@@ -81,15 +85,34 @@ class Extracted:
 
     def rewrite(self, text: str) -> str:
         for puzzle_id, file in self.files.items():
-            name = re.escape(SPECS[puzzle_id].filename)
-
-            def cell_line(m, file=file):
-                where = file.locate(int(m.group(1)))
+            def cell_line(number: str | None, file=file) -> str:
+                if number is None:
+                    return self.notebook
+                where = file.locate(int(number))
                 return f"{where[0]}, line {where[1]}" if where else f"{self.notebook} (grading preamble)"
 
-            text = re.sub(rf"(?:[^\s\"':]*/)?{name}:(\d+)", cell_line, text)
-            text = re.sub(rf"(?:[^\s\"':]*/)?{name}", self.notebook, text)
+            text = _replace_paths(text, SPECS[puzzle_id].filename, cell_line)
         return text
+
+
+_PATH_END = frozenset(" \t\n\r\f\v\"':")
+
+
+def _replace_paths(text: str, name: str, replace) -> str:
+    """Every `name` in `text`, with the folders before it (`/tmp/x/p3_data_parallel.py`) and a line number after
+    it (`:42`), replaced by `replace(the line number or None)`. Linear in the text: each folder is scanned back
+    once at most, never past the previous match (a regular expression that looked back for it from every position
+    was quadratic on a long word)."""
+    out, done = [], 0
+    for m in re.finditer(re.escape(name) + r"(?::(\d{1,9}))?", text):
+        start = m.start()
+        if start > done and text[start - 1] == "/":
+            start -= 1
+            while start > done and text[start - 1] not in _PATH_END:
+                start -= 1
+        out += [text[done:start], replace(m.group(1))]
+        done = m.end()
+    return "".join(out) + text[done:]
 
 
 def drop_magics(source: str) -> str | None:
@@ -100,7 +123,18 @@ def drop_magics(source: str) -> str | None:
         if lines[0].split()[0] not in _CELL_MAGICS_THAT_RUN_THE_CELL:
             return None
         lines[0] = ""
-    return "\n".join(f"{m.group(1)}pass  # {line.strip()}" if (m := _MAGIC.match(line)) else line for line in lines)
+    return "\n".join(f"{line[:len(line) - len(line.lstrip())]}pass  # {line.strip()}" if _is_magic(line) else line
+                     for line in lines)
+
+
+def _is_magic(line: str) -> bool:
+    """A line magic or shell escape (`%time x`, `!ls`), or an assignment from one (`files = !ls`)."""
+    text = line.lstrip()
+    if text[:1] in ("%", "!") and text:
+        return True
+    targets, equals, value = text.partition("=")
+    return bool(equals and targets) and value.lstrip()[:1] in ("%", "!") and value.lstrip() != "" \
+        and _TARGETS.fullmatch(targets) is not None
 
 
 def _defined_names(source: str) -> set[str]:
@@ -126,10 +160,13 @@ def _tags(cell) -> list[str]:
 def learner_cells(nb) -> tuple[list[LearnerCell], list[str]]:
     """The learner's code cells in order, each with the puzzle it answers; and notes on what was recovered or
     left out."""
-    cells, notes = [], []
+    cells, notes, size = [], [], 0
     for number, cell in enumerate(nb.cells, 1):
         if cell.cell_type != "code" or not _is_learners(cell):
             continue
+        size += len(cell.source)
+        if size > MAX_CODE_MB << 20:
+            raise NotebookError(f"its code cells hold more than {MAX_CODE_MB} MiB of text")
         source = drop_magics(cell.source)
         if source is None or not source.strip():
             continue

@@ -55,13 +55,14 @@ def colab_url(notebook: str = NOTEBOOK) -> str:
 
 INTRO = """# Training Puzzles
 
-Puzzles about how large models are trained on many GPUs, in three parts. Part I (puzzles 1 to 8):
-activation checkpointing, activation sharding, data parallel, tensor parallel, pipeline parallel (GPipe and
-1F1B), overlapping communication with compute, and ZeRO. Part II (puzzles 9 to 12): mixed precision with loss
-scaling, ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. Part III (puzzles 13 on): what
-training runs do today, on the transformer block. The "GPUs" are simulated ranks in
-this one process, but the tensors are real: every answer is checked for its values, its gradients, its memory
-and, where the puzzle is about time, its schedule.
+Puzzles about how large models are trained on many GPUs, in three parts. Part I (puzzles 1 to 8): activation
+checkpointing, activation sharding, data parallel, tensor parallel, pipeline parallel (GPipe and 1F1B),
+overlapping communication with compute, and ZeRO. Part II (puzzles 9 to 12): mixed precision with loss scaling,
+ZeRO-3 / FSDP with prefetch, 3-D parallelism, and expert parallelism. Part III (puzzles 13 to 19), on the
+transformer block: collectives from send and recv, sequence and context parallelism, interleaved and zero-bubble
+pipelines, recovery from a failure, and gradient clipping under sharding. The "GPUs" are simulated ranks in this
+one process, but the tensors are real: every answer is checked for its values, its gradients, its memory and,
+where the puzzle is about time, its schedule.
 
 How to play: run the next code cell first. Then, for each puzzle, read its story, write your answer in the code
 cell under it (replace each `raise NotImplementedError`), run that cell, then run the check cell below it. Each
@@ -143,11 +144,11 @@ precision and its 16 bytes per parameter (puzzle 9, after ZeRO's accounting in p
 parallel with prefetching (puzzle 10: ZeRO and overlap, puzzles 7 and 8, at once), data x pipeline x tensor
 parallelism on sub-groups of ranks (puzzle 11: puzzles 3, 4 and 6 at once), and mixture-of-experts with
 all-to-all (puzzle 12). Same rules as Part I: real tensors, a memory ledger and a clock."""),
-    Part("part-3", 13, 19, """# Part III: what training at scale runs today (puzzles 13 on)
+    Part("part-3", 13, 19, """# Part III: at scale, and when things go wrong (puzzles 13 to 19)
 
-The machinery under the earlier parts, and what long sequences and large clusters add to it: the collectives
-themselves written from send and recv, and the ways of sharding the transformer block that 2026's training runs
-combine. Same rules: real tensors, a memory ledger and a clock; each budget a formula with its number."""),
+What the largest runs add: collectives written from sends and receives, sequence and context parallelism, pipeline
+schedules that shrink the bubble, recovery from a failure, and numerics under sharding. Same rules: real tensors,
+a memory ledger and a clock."""),
 )
 
 

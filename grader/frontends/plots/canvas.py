@@ -17,6 +17,7 @@ COLOURS = {
     "recompute": "#B279A2",  # purple
     "collective": "#54A24B",  # green
     "send/recv": "#2CA6A4",  # teal
+    "disk": "#9D755D",  # brown: a checkpoint's reads and writes (p18)
     "idle": "#E4E4E4",  # light grey
 }
 LEGEND_NAMES = {
@@ -25,6 +26,7 @@ LEGEND_NAMES = {
     "recompute": "recompute",
     "collective": "collective",
     "send/recv": "send / recv",
+    "disk": "disk (checkpoint i/o)",
     "idle": "idle (compute stream)",
 }
 # Edges: white between adjacent compute blocks; a dark edge on comm bars, so that a message of a few ticks still

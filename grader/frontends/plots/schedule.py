@@ -35,9 +35,11 @@ _AXES_WIDTH_PX = (FIG_WIDTH - LEFT_IN - RIGHT_IN) * DPI
 
 
 def category(event: dict) -> str:
-    """forward, backward, recompute (by label or kind), collective or send/recv."""
+    """forward, backward, recompute (by label or kind), disk (a checkpoint's i/o), collective or send/recv."""
     if event["stream"] == "comm":
         return "send/recv" if event["kind"] in P2P else "collective"
+    if event["kind"] == "io":
+        return "disk"
     if "recompute" in event["kind"].lower() or "recompute" in (event.get("label") or "").lower():
         return "recompute"
     return "backward" if event["kind"] == "backward" else "forward"

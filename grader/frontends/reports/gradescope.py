@@ -133,19 +133,32 @@ def results_json(s: SubmissionScore, seed: int, visibility: str = "visible", std
 # ---- inside Gradescope's container
 
 def _write(path: Path, data: dict) -> None:
+    """Whole or not at all: written beside, then renamed over (Gradescope may stop the autograder at any moment)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(data, indent=1))
+    os.replace(part, path)
+
+
+UNFINISHED = ("the autograder was stopped before it finished grading (out of time? Gradescope stops it at the "
+              "assignment's time limit); your instructor has its log")
 
 
 def autograde(environ=os.environ) -> int:
     """Grade one submission in Gradescope's layout and write its results.json; a results.json is written even
-    when grading fails (then every puzzle scores 0, and the traceback goes to stdout, the instructor's log)."""
+    when grading fails (then every puzzle scores 0, and the traceback goes to stdout, the instructor's log), and
+    one that says grading did not finish is in place from the start, should the autograder be stopped."""
     root = Path(environ.get("AUTOGRADER_ROOT", "/autograder"))
     source = Path(environ.get("AUTOGRADER_SOURCE", root / "source"))
     results = root / "results" / "results.json"
     started = time.monotonic()
     seed = fresh_seed()
     config = {}
+    try:
+        _write(results, results_json(score_row({"name": "submission", "error": UNFINISHED, "puzzles": [],
+                                                "seconds": 0.0}, parse_weights({}), list(SPECS)), seed))
+    except Exception:  # (the final write below says the same, or better)
+        traceback.print_exc(file=sys.stdout)
     try:
         print(f"grader from {Path(__file__).resolve().parent.parent}; seed {seed}", flush=True)
         config = json.loads((source / CONFIG).read_text())

@@ -1,0 +1,53 @@
+"""p19 mistake: ZeRO-1's reduction: the whole gradient is all-reduced over the data-parallel pair and each rank
+then takes its shard of it. The values are right, the state is sharded, but an all-reduce moves twice a
+reduce-scatter's bytes: with the all-gather, 1.5 x what ZeRO-2 sends."""
+
+import torch
+
+MISTAKE = "the gradients are all-reduced in full (ZeRO-1) instead of reduce-scattered"
+EXPECTED_FAILURES = {"communication"}
+DIAGNOSIS = "the whole gradient all-reduced over the data-parallel group"
+
+
+class ClippedShardedAdam:
+    def __init__(self, dist, params, replicated, tp_group, dp_group, lr, betas, eps, max_norm):
+        self.dist, self.params, self.tp_group, self.dp_group = dist, params, tp_group, dp_group
+        self.lr, self.betas, self.eps, self.max_norm = lr, betas, eps, max_norm
+        self.size, self.pair = dist.get_world_size(dp_group), dist.get_world_size(tp_group)
+        self.shard = sum(p.numel() for p in params) // self.size
+        self.lo = dist.get_rank(dp_group) * self.shard
+        self.ranges, offset = [], 0
+        for p, rep in zip(params, replicated):
+            start, end = max(offset, self.lo), min(offset + p.numel(), self.lo + self.shard)
+            if start < end:
+                self.ranges.append((start - self.lo, end - self.lo, rep))
+            offset += p.numel()
+        with torch.no_grad():
+            self.master = torch.cat([p.reshape(-1) for p in params])[self.lo:self.lo + self.shard].clone()
+        self.m, self.v, self.t = torch.zeros_like(self.master), torch.zeros_like(self.master), 0
+
+    def step(self):
+        beta1, beta2 = self.betas
+        with torch.no_grad():
+            full = torch.cat([p.grad.reshape(-1) for p in self.params])
+            self.dist.all_reduce(full, group=self.dp_group)
+            g = full[self.lo:self.lo + self.shard] / self.size
+            del full
+            squares = torch.zeros((), dtype=torch.float64)
+            for a, b, rep in self.ranges:
+                squares += g[a:b].pow(2).sum() / (self.pair if rep else 1)
+            self.dist.all_reduce(squares)
+            norm = squares.sqrt()
+            if not torch.isfinite(norm):
+                return norm
+            self.t += 1
+            g *= torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)
+            self.m.mul_(beta1).add_(g, alpha=1 - beta1)
+            self.v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (self.v / (1 - beta2 ** self.t)).sqrt() + self.eps
+            self.master.addcdiv_(self.m, denom, value=-self.lr / (1 - beta1 ** self.t))
+            flat = torch.empty(self.shard * self.size, dtype=self.master.dtype)
+            self.dist.all_gather_into_tensor(flat, self.master, group=self.dp_group)
+            for p, piece in zip(self.params, flat.split([p.numel() for p in self.params])):
+                p.copy_(piece.view_as(p))
+        return norm

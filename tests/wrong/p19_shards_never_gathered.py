@@ -1,0 +1,54 @@
+"""p19 mistake: each rank updates its own shard and writes it back into its own parameters, but never all-gathers:
+the half of the parameters the other replica's rank owns stays at its initial values on this rank."""
+
+import torch
+
+MISTAKE = "the updated shards are written back locally but never all-gathered"
+EXPECTED_FAILURES = {"weights after each step"}
+DIAGNOSIS = "the updated shards were never all-gathered"
+
+
+class ClippedShardedAdam:
+    def __init__(self, dist, params, replicated, tp_group, dp_group, lr, betas, eps, max_norm):
+        self.dist, self.params, self.tp_group, self.dp_group = dist, params, tp_group, dp_group
+        self.lr, self.betas, self.eps, self.max_norm = lr, betas, eps, max_norm
+        self.size, self.pair = dist.get_world_size(dp_group), dist.get_world_size(tp_group)
+        self.shard = sum(p.numel() for p in params) // self.size
+        self.lo = dist.get_rank(dp_group) * self.shard
+        self.ranges, offset = [], 0
+        for p, rep in zip(params, replicated):
+            start, end = max(offset, self.lo), min(offset + p.numel(), self.lo + self.shard)
+            if start < end:
+                self.ranges.append((start - self.lo, end - self.lo, rep))
+            offset += p.numel()
+        with torch.no_grad():
+            self.master = torch.cat([p.reshape(-1) for p in params])[self.lo:self.lo + self.shard].clone()
+        self.m, self.v, self.t = torch.zeros_like(self.master), torch.zeros_like(self.master), 0
+
+    def step(self):
+        beta1, beta2 = self.betas
+        with torch.no_grad():
+            g = torch.empty_like(self.master)
+            self.dist.reduce_scatter_tensor(g, torch.cat([p.grad.reshape(-1) for p in self.params]),
+                                            group=self.dp_group)
+            g /= self.size
+            squares = torch.zeros((), dtype=torch.float64)
+            for a, b, rep in self.ranges:
+                squares += g[a:b].pow(2).sum() / (self.pair if rep else 1)
+            self.dist.all_reduce(squares)
+            norm = squares.sqrt()
+            if not torch.isfinite(norm):
+                return norm
+            self.t += 1
+            g *= torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)
+            self.m.mul_(beta1).add_(g, alpha=1 - beta1)
+            self.v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (self.v / (1 - beta2 ** self.t)).sqrt() + self.eps
+            self.master.addcdiv_(self.m, denom, value=-self.lr / (1 - beta1 ** self.t))
+            offset = 0
+            for p in self.params:  # only the elements of this rank's shard are written
+                a, b = max(offset, self.lo), min(offset + p.numel(), self.lo + self.shard)
+                if a < b:
+                    p.view(-1)[a - offset:b - offset] = self.master[a - self.lo:b - self.lo]
+                offset += p.numel()
+        return norm
