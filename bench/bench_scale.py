@@ -178,6 +178,13 @@ def markdown(rows: list[dict], h100: list[dict], line_check: dict | None = None)
         simulated = " + ".join(str(m) for m in r.get("simulated_microbatches", [r["microbatches"]]))
         out.append(f"| {r['model']} | {MODES.get(r['mode'], r['mode'])} | {r['microbatches']} | {simulated} | "
                    f"{r['ranks']} | {r['ops']:,} | {r['events']:,} | {r['wall']:.0f} | {r['cpu']:.0f} |")
+    measured = [r for r in rows + h100 if r["cluster"] != "a100-calculon"]
+    if measured:
+        big = max(measured, key=lambda r: r["ops"])
+        out.append(f"\nThe largest, {big['model']} with {MODES.get(big['mode'], big['mode'])}: {big['ops']:,} ops on "
+                   f"{big['ranks']} simulated ranks in {big['wall']:.0f} s of wall time ({big['cpu']:.0f} s of CPU; the "
+                   f"issue's target is 5 minutes). Simulating all {big['microbatches']} of its microbatches would take "
+                   f"about {big['microbatches'] / sum(big['simulated_microbatches']):.1f} times as many ops (not run).")
     if line_check:
         c = line_check
         agree = (c["every_ticks"], c["every_memory"]) == (c["line_ticks"], c["line_memory"])
@@ -196,6 +203,10 @@ def markdown(rows: list[dict], h100: list[dict], line_check: dict | None = None)
                        f"{r['published_gib']} GiB | {r['tokens_per_second']:,.0f} tokens/s/GPU, {r['memory_gib']:.1f} "
                        f"GiB | {pct(r['tokens_per_second'], r['published_tokens'])}, "
                        f"{pct(r['memory_gib'], r['published_gib'])} |")
+        for r in h100:
+            step = r["published_step"] = 2 * 8192 / r["published_tokens"]  # one GPU's local batch of tokens
+            out.append(f"\nAs a step time: {step:.3f} s measured, {r['step_seconds']:.3f} s predicted "
+                       f"({pct(r['step_seconds'], step)}); MFU predicted {100 * r['mfu']:.1f}%.")
     out.append(FOOTER)
     return "\n".join(out) + "\n"
 
@@ -252,6 +263,9 @@ FOOTER = """
   charged the same share of peak as 175B's, where larger GEMMs run nearer it; the tensor-parallel collectives are
   never overlapped with compute, and full recomputation runs the forward's all-reduces twice; one fitted
   constant, taken at 22B, carries 22B's product sizes to the others.
+- Nothing fitted (Calculon's curves as published), every A100 run is predicted too fast: 8% to 17% under,
+  14% on average, which misses the 10% target; the curves assume more of an A100 than these runs reached, by
+  about the same share on every model (the fitted 0.774 of the matrix efficiency takes it up).
 - The H100 run is the worst: torchtitan's Llama 3.1 8B is predicted about 23% faster than measured, with
   Calculon's H100 curves and nothing fitted (fitting on it would leave no H100 run to test on). What the step
   leaves out weighs most there: FSDP2 in eager mode (no torch.compile) pays Python and launch overhead on every
@@ -298,13 +312,17 @@ def main() -> int:
         OUT.write_text(markdown(saved["rows"], saved.get("h100", []), saved.get("line_check")))
         print(f"wrote {OUT}", file=sys.stderr)
         return 0
-    done, line_check = {}, None
-    if args.merge and RESULTS.exists():
-        line_check = json.loads(RESULTS.read_text()).get("line_check")
+    done, line_check, h100 = {}, None, []
+    if args.merge and RESULTS.exists():  # read once, before the runs below rewrite the file
+        saved = json.loads(RESULTS.read_text())
+        done = {(r["model"], r["mode"], r["cluster"]): r for r in saved["rows"]}
+        line_check, h100 = saved.get("line_check"), saved.get("h100", [])
     if args.check_line:
         line_check = check_line()
-    if args.merge and RESULTS.exists():
-        done = {(r["model"], r["mode"], r["cluster"]): r for r in json.loads(RESULTS.read_text())["rows"]}
+
+    def save():
+        RESULTS.write_text(json.dumps({"rows": list(done.values()), "h100": h100, "line_check": line_check},
+                                      indent=1))
     rows = []
     for name in args.only or list(MEGATRON):
         for mode in ("seqsel", "full", "none"):
@@ -317,10 +335,7 @@ def main() -> int:
                 print(f"{name} {mode} {cluster}: {r['step_seconds']:.3f} s (published {r['published_seconds']}), "
                       f"activations {r['activations'] / GIB:.2f} GiB (formula {r['formula'] / GIB:.2f}), "
                       f"{r['ops']:,} ops in {time.time() - start:.0f} s", file=sys.stderr, flush=True)
-                RESULTS.write_text(json.dumps({"rows": list(done.values())}, indent=1))
-    h100 = []
-    if args.merge and RESULTS.exists():
-        h100 = json.loads(RESULTS.read_text()).get("h100", [])
+                save()
     if not args.no_h100:
         h100 = [run_torchtitan()]
     order = {name: i for i, name in enumerate(MEGATRON)}
