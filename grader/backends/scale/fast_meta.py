@@ -18,6 +18,10 @@ import contextlib
 import warnings
 
 import torch
+# The first call of some meta kernels in a process imports torch._dynamo (800 modules), and the import leaves
+# reference cycles that hold the call's tensors until the garbage collector runs: the ledger saw the first run of a
+# process hold more (2 GiB of Llama 8B's keys and values) than every later run. Imported with this module, first.
+import torch._dynamo  # noqa: F401,E402
 
 _aten = torch.ops.aten
 
@@ -125,10 +129,6 @@ def _functional(op) -> bool:
 def remembered_meta_kernels():
     """Within: the ops of MEMOIZED remember their meta outputs (module docstring). Yields {op: its kernel}."""
     import torch._meta_registrations  # noqa: F401  torch's Python meta kernels, registered on import
-    # The first call of some meta kernels in a process imports torch._dynamo (800 modules), and the import leaves
-    # reference cycles that hold the call's tensors until the garbage collector runs: the ledger saw the first
-    # run of a process hold more (2 GiB of Llama 8B's keys and values) than every later run. Imported here, first.
-    import torch._dynamo  # noqa: F401
 
     lib = torch.library.Library("aten", "IMPL")
     installed = {}
