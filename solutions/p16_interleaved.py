@@ -5,8 +5,9 @@ The task, and its budgets (p = 4 ranks, v = 2 chunks per rank, m = 8 microbatche
     = 18.75% + 1 point = 19.8%, half of 1F1B's (p-1)/m = 37.5%;
   - activation memory on every rank at most the interleaved order's bound, (v·p + p - 1)·A_c + d·h·8 + A_c/2 =
     555,008 bytes: 11 chunk activations (1F1B holds 8 chunks' worth on rank 0, GPipe all 16);
-  - point-to-point bytes: one microbatch's activation or gradient per chunk boundary crossed, each way, v times
-    1F1B's: 98,304 / 131,072 / 131,072 / 98,304 bytes on ranks 0-3 (+ 1 KiB: at most 132,096).
+  - point-to-point bytes: one microbatch's activation or gradient per chunk boundary crossed, each way (v times
+    1F1B's on the middle ranks, 3 times on the end ones, whose 1F1B sends go one way only): 98,304 / 131,072 /
+    131,072 / 98,304 bytes on ranks 0-3 (+ 1 KiB: at most 132,096).
 
 In 1F1B (puzzle 6) rank r idles (p-1)·(F + BW) over a step, whatever m: the p-1 slots it waits while the pipeline
 fills, and the p-1 it waits while it drains. Interleaving makes each slot smaller. Cut the model into v·p = 8

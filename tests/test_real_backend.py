@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 from real_backend_helpers import rank_dies, rank_raises, ranks_mismatch, receive_then_add
 
@@ -271,3 +272,17 @@ def test_a_workspace_made_at_import_is_refused_on_both_backends(tmp_path):
         assert result.status == "error", (backend, result.status)
         assert "HiddenMemoryError" in result.error and "33,152 bytes of tensors at import" in result.error, result.error
         assert "make tensors inside your functions" in result.error, result.error
+
+
+def test_the_comparison_takes_a_nan_for_a_nan_and_names_non_finite_entries_elsewhere():
+    # p19 returns the norm of a step with a NaN injected: NaN on both backends is agreement, not a difference; a
+    # NaN in another place is one (a tensor's NaNs once made every comparison False, which read as agreement).
+    from grader.backends.real.compare import _walk
+
+    out: list[str] = []
+    nan = float("nan")
+    assert _walk([nan, 1.0], [nan, 1.0], "norms", out, 1e-10) == 0.0 and not out
+    assert _walk(torch.tensor([1.0, nan, float("inf")]), torch.tensor([1.0, nan, float("inf")]), "t", out, 1e-10) == 0
+    assert not out
+    assert _walk(torch.tensor([1.0, nan]), torch.tensor([nan, 1.0]), "g", out, 1e-10) == float("inf")
+    assert out == ["g: non-finite entries in other places (simulator 1, real backend 1)"]

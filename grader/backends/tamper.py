@@ -246,6 +246,10 @@ class Fingerprint:
                                                and (ours or not isinstance(v, _SCALARS))})
         self.classes = {dotted: _Print(cls, getattr(cls, "__module__", "")) for dotted in WATCHED_CLASSES
                         if isinstance(cls := _resolve(dotted), type)}
+        # Every other module, by its names only: an answer that hangs data on one (zlib.stash = state) keeps it
+        # where no ledger looks and, on the simulator, across a restart that should have lost it (p18).
+        self.names = {name: (module, frozenset(vars(module))) for name, module in list(sys.modules.items())
+                      if name not in self.modules and isinstance(module, types.ModuleType)}
         self.state = ProcessState(with_kernels, force_kernels)
         self.found: list[str] = []  # hooks cleared since this fingerprint was taken (unhook)
 
@@ -279,6 +283,8 @@ class Fingerprint:
             out += [f"{name}.{attr} was added" for attr in sorted(attrs2.keys() - attrs.keys())
                     if ours or not (isinstance(attrs2[attr].value, (*_SCALARS, types.ModuleType))
                                     or _torch_own(attrs2[attr].value))]
+        for name, added in self._names_added().items():
+            out += [f"{name}.{attr} was added" for attr in added]
         for dotted, before in self.classes.items():
             after = later.classes.get(dotted)
             if after is None:
@@ -287,8 +293,25 @@ class Fingerprint:
                 out += _what_changed(dotted, before, after)
         return out
 
+    def _names_added(self) -> dict[str, list[str]]:
+        """{module: the names added to it since}, of the modules only `names` watches: plain data added to a
+        module (not a submodule imported since, not a dunder such as __warningregistry__, not a flag)."""
+        out = {}
+        for name, (module, before) in self.names.items():
+            if sys.modules.get(name) is not module:
+                continue
+            now = vars(module)
+            added = sorted(k for k in now.keys() - before if isinstance(k, str) and not (
+                k.startswith("__") and k.endswith("__")) and not _a_flag(now[k]))
+            if added:
+                out[name] = added
+        return out
+
     def restore(self) -> None:
         """Undo every change since this fingerprint was taken, so that the runs after a tampered one are sound."""
+        for name, added in self._names_added().items():
+            for attr in added:
+                vars(self.names[name][0]).pop(attr, None)
         self.state.restore()
         now = Fingerprint()
         for name, (module, attrs) in self.modules.items():
@@ -308,6 +331,14 @@ class Fingerprint:
 
 
 _MISSING = object()
+
+
+def _a_flag(value) -> bool:
+    """What a library may note on its own module as it runs (a flag, a count, a short name, a submodule it
+    imported), as opposed to data an answer hides there (a dict of tensors, a bytes of torch.save's)."""
+    if isinstance(value, (str, bytes)):
+        return len(value) < 256
+    return isinstance(value, (bool, int, float, complex, type(None), types.ModuleType))
 
 
 def describe(changes: list[str], limit: int = 6) -> str:

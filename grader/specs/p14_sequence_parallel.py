@@ -183,6 +183,8 @@ class SequenceParallel(PuzzleSpec):
     @staticmethod
     def diagnose_held(held: int) -> str:
         excess = held - L * SP_BLOCK
+        if held > TP_ACTIVATIONS + L * SHARD:  # more than any tensor-parallel split keeps: no single mistake fits
+            return ""
         if held >= TP_ACTIVATIONS - L * SHARD:
             return (f"as much as plain tensor parallelism holds ({TP_ACTIVATIONS:,} bytes, L·{TP_BLOCK:,}): the norms' "
                     f"inputs (the residual stream) and their normalised values were kept for the whole sequence. Run "

@@ -230,12 +230,16 @@ class Interleaved(PuzzleSpec):
                 f"it could have had earlier")
 
     def diagnose_memory(self, obs: Observation, rank: int) -> str:
-        n, _ = most_held(self.sequence(obs, rank))
+        sequence = self.sequence(obs, rank)
+        n, _ = most_held(sequence)
         limit = most_in_flight(rank)
+        if sequence.count("F") > M * V:  # not this rank's own schedule: no guess at which order it ran
+            return (f"rank {rank} computed {sequence.count('F')} chunk forwards' worth, where its {V} chunks take "
+                    f"{M * V} ({M} microbatches each): it ran more of the model than its own chunks")
         if n >= M * V:
             return (f"rank {rank} ran all {M * V} of its forwards before its first backward and held every chunk "
-                    f"activation at once (GPipe over the chunks): its bubble is the interleaved one, but not its "
-                    f"memory. Start the backwards after (p - r - 1)·2 + (v - 1)·p warm-up forwards")
+                    f"activation at once (GPipe over the chunks). Start the backwards after (p - r - 1)·2 + "
+                    f"(v - 1)·p warm-up forwards")
         if n > limit:
             return (f"rank {rank} held {n} chunk activations at once (forwards begun minus backwards done, read off "
                     f"the FLOPs); the interleaved order holds at most its warm-up forwards and one more, "
@@ -248,6 +252,11 @@ class Interleaved(PuzzleSpec):
 
     @staticmethod
     def diagnose_bytes(rank, by_kind, total, expected) -> str:
+        count = by_kind.get("send", (0, 0))[0]
+        if total < expected and count == expected // MESSAGE and set(by_kind) <= {"send"}:
+            return (f"rank {rank} sent the {count} messages its chunk boundaries take, but {total:,} bytes of the "
+                    f"{expected:,} they carry ({MESSAGE:,} each): some went in a narrower dtype, or as a part of "
+                    f"the tensor")
         if total < expected:
             return (f"rank {rank} sent {total // MESSAGE} messages' worth where its chunks take "
                     f"{expected // MESSAGE}: every chunk output but the last stage's goes to the next stage, every "

@@ -5,6 +5,7 @@ FLOPs, in words."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -27,8 +28,13 @@ def _walk(a, b, where: str, out: list, rel_tol: float) -> float:
         if a.numel() == 0:
             return 0.0
         a64, b64 = a.detach().double(), b.detach().double()
-        scale = max(1.0, a64.abs().max().item())
-        diff = (a64 - b64).abs().max().item() / scale
+        same = (a64 == b64) | (a64.isnan() & b64.isnan())  # a NaN or an inf where the other has the same
+        if not bool(((a64.isnan() | a64.isinf()) == (b64.isnan() | b64.isinf())).all()):
+            out.append(f"{where}: non-finite entries in other places (simulator {int((~a64.isfinite()).sum())}, "
+                       f"real backend {int((~b64.isfinite()).sum())})")
+            return float("inf")
+        scale = max(1.0, a64.where(a64.isfinite(), 0.0).abs().max().item())
+        diff = (a64.where(~same, 0.0) - b64.where(~same, 0.0)).abs().max().item() / scale
         if diff > rel_tol:
             out.append(f"{where}: differs by {diff:.3g} (relative)")
         return diff
@@ -42,7 +48,7 @@ def _walk(a, b, where: str, out: list, rel_tol: float) -> float:
         for i, (x, y) in enumerate(zip(a, b)):
             worst = max(worst, _walk(x, y, f"{where}[{i}]", out, rel_tol))
         return worst
-    if a != b:
+    if a != b and not (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)):
         out.append(f"{where}: {a!r} on the simulator, {b!r} on the real backend")
     return 0.0
 

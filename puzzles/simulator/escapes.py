@@ -1,0 +1,122 @@
+"""The other ways out of the ledger and the clock: torch's dispatch modes switched off, and the world outside torch.
+
+Everything a rank computes is seen by one TorchDispatchMode (the simulator's, or the real backend's tracker): that
+is how the memory ledger charges every storage and the clock every op. Two doors bypass it, and no puzzle needs
+either, so while a run is on, a rank's own code that opens one gets an IsolationError naming its line:
+
+- **Switching the dispatch modes off.** `torch.utils._python_dispatch._disable_current_modes()` and its kin pop
+  the mode for a while: ops run there cost nothing and allocate nothing, as far as the grader can tell. torch's own
+  code does this legitimately (printing a tensor, calling an op through the Python dispatcher), so only a call made
+  straight from a rank's own code is refused: the caller's file is neither torch's nor the grader's nor the
+  simulator's. The functions are replaced on their modules only while a run is on (guards.install), so code that
+  imported them beforehand (the grader's) keeps the originals.
+- **Writing files, mapping memory, starting processes.** A rank that writes its optimizer state to a file and reads
+  it back at the next step holds it where no ledger looks; so does an anonymous mmap or a child process. A
+  permanent audit hook (PEP 578: it sees `open`, `os.open`, `mmap` and the process calls from any thread, and
+  cannot be removed) refuses them while a rank's own code runs. Reading files stays fine (imports read them), and
+  so does the checkpoint disk of puzzle 18 (filesystem.py, or the real backend's disk.py), whose calls come
+  through the grader's own code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.utils._python_dispatch as _python_dispatch
+
+from .types import IsolationError
+
+# (module, name): the levers that take the dispatch modes off the stack or keep ops from reaching them.
+_LEVERS = [(_python_dispatch, n) for n in ("_disable_current_modes", "_pop_mode_temporarily", "_pop_mode")] + [
+    (torch._C, n) for n in ("_DisableTorchDispatch", "_ExcludeDispatchKeyGuard", "_pop_torch_dispatch_mode",
+                            "_unset_dispatch_mode", "_dispatch_tls_set_dispatch_key_excluded")]
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + "simulator" + os.sep,
+         os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "grader") + os.sep)
+_PASSING = (_TORCH_DIR, os.path.dirname(os.__file__) + os.sep,
+            *{os.path.dirname(os.path.dirname(torch.__file__)) + os.sep})  # torch, the standard library, packages
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_SPAWNS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec",
+           "pty.spawn"}
+_saved: list[tuple] = []
+_caller = None  # guards.caller, set by install
+
+
+def _trusted(filename: str) -> bool:
+    return filename.startswith(_TORCH_DIR) or filename.startswith(_OURS)
+
+
+def _through_ours() -> bool:
+    """Whether the call that raised the event came through the grader's or the simulator's code (the checkpoint
+    disk's calls) rather than straight from a rank's own: walking out from the event, past torch's, the standard
+    library's and installed packages' frames (torch.save, tempfile, numpy.save), which comes first."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_OURS):
+            return True
+        if not name.startswith(_PASSING) and not name.startswith("<frozen"):
+            return False  # the rank's own code
+        frame = frame.f_back
+    return False
+
+
+def _refuse(who, what: str, why: str):
+    raise IsolationError(f"rank {who.rank} {what} at {who.site()}: {why} No puzzle needs it.")
+
+
+def _lever(module, name: str, original):
+    def lever(*args, **kwargs):
+        who = _caller() if _caller is not None else None
+        if who is not None and not _trusted(sys._getframe(1).f_code.co_filename):
+            _refuse(who, f"switched torch's dispatch modes off ({module.__name__}.{name})",
+                    "ops run there escape the memory ledger, the FLOP count and the clock that grade the puzzle.")
+        return original(*args, **kwargs)
+
+    lever.__name__ = lever.__qualname__ = name
+    return lever
+
+
+def install(caller) -> None:
+    """Guard the levers while a run is on (called once, by guards.install, for the first run of several)."""
+    global _caller
+    _caller = caller
+    for module, name in _LEVERS:
+        original = getattr(module, name, None)
+        if original is not None:
+            _saved.append((module, name, original))
+            setattr(module, name, _lever(module, name, original))
+
+
+def uninstall() -> None:
+    global _caller
+    for module, name, original in reversed(_saved):
+        setattr(module, name, original)
+    _saved.clear()
+    _caller = None
+
+
+def _audit(event: str, args) -> None:
+    if _caller is None:  # (no run on: one attribute read per audited event)
+        return
+    if event == "open":
+        path, mode, flags = args
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITES)
+        if not writes:
+            return
+        what, why = f"opened {path!r} for writing", "a file holds data where the memory ledger cannot see it."
+    elif event == "mmap.__new__":
+        what, why = "mapped memory (mmap)", "a mapping holds data where the memory ledger cannot see it."
+    elif event in _SPAWNS or event.startswith("os.exec") or event.startswith("os.spawn"):
+        what, why = f"started a process ({event})", "another process holds data and does work no rank is charged for."
+    else:
+        return
+    who = _caller()
+    if who is None or _through_ours():
+        return
+    _refuse(who, what, why)
+
+
+sys.addaudithook(_audit)

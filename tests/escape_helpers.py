@@ -1,0 +1,57 @@
+"""Rank programs for test_escapes.py (module level, so that real processes can import them by name)."""
+
+import mmap
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+
+def dispatch_off(dist):
+    """torch's dispatch modes switched off through names computed at run time (the static scan cannot see them)."""
+    module = getattr(torch.utils, "_python" + "_dispatch")
+    with getattr(module, "_disable" + "_current_modes")():
+        return (torch.ones(64, 64) @ torch.ones(64, 64)).sum()
+
+
+def dispatch_key_excluded(dist):
+    """The Python dispatch key excluded from the thread's dispatch: the same escape through torch._C."""
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+    with getattr(torch._C, "_Exclude" + "DispatchKeyGuard")(keys):
+        return (torch.ones(64, 64) @ torch.ones(64, 64)).sum()
+
+
+def writes_a_file(dist):
+    path = os.path.join(tempfile.gettempdir(), f"escape-test-{os.getpid()}-{dist.get_rank()}.bin")
+    try:
+        with open(path, "wb") as f:
+            f.write(bytes(4096))
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return 1
+
+
+def maps_memory(dist):
+    with mmap.mmap(-1, 1 << 20) as m:
+        m[:4] = b"keep"
+    return 1
+
+
+def starts_a_process(dist):
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return 1
+
+
+def prints_and_reads(dist):
+    """What a rank may do: print a tensor (torch switches the modes off itself, to format it) and read a file."""
+    text = str(torch.arange(6.0).reshape(2, 3))
+    with open(__file__) as f:
+        first = f.readline()
+    return len(text) + len(first)
+
+
+REFUSED = {dispatch_off: "switched torch's dispatch modes off", dispatch_key_excluded: "switched torch's dispatch",
+           writes_a_file: "for writing", maps_memory: "mapped memory", starts_a_process: "started a process"}
