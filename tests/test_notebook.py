@@ -6,6 +6,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 from notebook_helpers import check_outputs, errors_of, execute, outputs_of
 
 from grader.core.result import ERROR, NOT_ATTEMPTED, PASS
@@ -96,6 +97,12 @@ def test_notebook_runs_top_to_bottom(solved, expected, tmp_path):
         outputs = cell(nb, f"{spec.id}-check").outputs
         assert not [o for o in outputs if o.output_type == "execute_result"]  # no Out[N]: PuzzleResult(...)
         assert "PuzzleResult(" not in shown[spec.id]
+    at_scale = outputs_of(cell(nb, "at-scale"))
+    answers = "your puzzle 11's CopyToTPGroup" if solved else "puzzle 11's f and g are not written yet"
+    if torch.__version__.startswith("2.13"):  # developed there; an older torch may say it cannot run it
+        assert "step time" in at_scale and answers in at_scale, at_scale[:2000]
+    else:
+        assert "step time" in at_scale or f"could not run on this torch ({torch.__version__})" in at_scale
     if solved:  # the size a learner's saved notebook reaches (recorded in the issue note, not asserted)
         path = tmp_path / "solved.ipynb"
         nbformat.write(nb, str(path))
@@ -241,3 +248,15 @@ def test_a_notebooks_experiments_at_module_level_cost_nothing(tmp_path):
     path = write(nb, tmp_path / "experiments.ipynb")
     results = grade_target(path, ["p1", "p3", "p8"], seed=2)
     assert [r.status for r in results] == [PASS] * 3, [(r.id, r.error) for r in results]
+
+
+def test_the_at_scale_section_follows_part_three_and_is_no_learners_cell(tmp_path):
+    nb = build_notebook(ROOT)
+    ids = [c.get("id") for c in nb.cells]
+    assert ids[-2:] == ["at-scale-text", "at-scale"] and ids.index("part-3") < ids.index("at-scale-text")
+    assert "What the prediction leaves out" in cell(nb, "at-scale-text").source
+    assert "at_scale(globals())" in cell(nb, "at-scale").source
+    from grader.frontends.notebooks.cells import learner_cells
+
+    cell(nb, "at-scale")["id"] = "renamed"  # recognised by its first line too, when ids are lost
+    assert not [c for c in learner_cells(nb)[0] if "at_scale" in c.source]

@@ -1,6 +1,6 @@
 """What people use. May import every layer below (backends/, specs/, core/); nothing imports a front end.
 
-    cli.py            `python -m grader [check|build|batch|mutate|gradescope|release]`
+    cli.py            `python -m grader [check|build|batch|mutate|gradescope|release|predict]`
     targets.py        what to grade (a folder like puzzles/, one puzzle file, a notebook) and on which backend
     guards.py         what a learner's code must not do to the grader (sys.exit, os._exit), syntax errors, hints
     notebook.py       the notebook's check cell (public as grader.notebook.check)
@@ -15,5 +15,7 @@
     mutate/           `mutate`: mutation testing of the grader (mutants of solutions/, graded in children); the
                       instructor's only: it never ships (shipping.py)
     launch.py         torchrun's entry point (public as grader.launch)
+    predict.py        `predict`: a training step at a published size (Megatron-LM's GPT, torchtitan's Llama) on
+                      meta tensors, on a cluster of real GPUs; predict_answers.py: the learner's operators in it
     plots/            memory timelines and schedules (matplotlib, no pyplot)
 """

@@ -1,5 +1,6 @@
 """The command line: `python -m grader [check TARGET] [-p p3 ...] [--seed N] [--timeout S] [--json]`,
-`python -m grader build [--check] [--force]`, `python -m grader batch ...`."""
+`python -m grader build [--check] [--force]`, `python -m grader batch ...`, `python -m grader predict ...`
+(predict.py: a training step at a published size)."""
 
 from __future__ import annotations
 
@@ -314,6 +315,9 @@ def parser() -> argparse.ArgumentParser:
     bt.set_defaults(func=cmd_batch, stray=[])
     add_gradescope_parser(sub)
     add_release_parser(sub)
+    from .predict import add_predict_parser
+
+    add_predict_parser(sub, command)
     if has_mutate():  # the instructor's tool: not in a student copy or the Gradescope bundle (shipping.py)
         add_mutate_parser(sub)
     zy = sub.add_parser("_zygote")  # batch's worker: forks a jail per puzzle (no help=: not listed)

@@ -29,7 +29,7 @@ from .stubs import BEGIN, END
 # The README's sections by heading: the learner's are copied, the instructor's left out. A heading in neither
 # list is left out too (and named by the command), so that new instructor material never ships by accident.
 LEARNER_SECTIONS = ("Quickstart", "Solving the puzzles", "What to hand in", "How grading works", "The clock",
-                    "The simulator", "Running on real torch.distributed")
+                    "The simulator", "Predicting a step at scale", "Running on real torch.distributed")
 INSTRUCTOR_SECTIONS = ("For instructors",)  # its links point to docs/, which stays the instructor's
 
 # Keeps a learner's environment and caches out of their commits (a copy is often pushed to a repository).

@@ -31,6 +31,13 @@ A group of one rank communicates with nobody and costs nothing. Bandwidth terms 
 `bytes_per_tick=None` makes them zero (free messages, for exact textbook figures such as a pipeline's bubble).
 Times are integers, so 19.9 never prints as 19.90000000000001 and the timeline is the same on every run and
 every machine.
+
+A real GPU reaches its peak only on large kernels. A DeviceProfile may carry an `Efficiency`: the fraction of
+peak that one op achieves, as a step function of its size (a product's GFLOPs, an elementwise op's GFLOPs, the MB
+an op moves), and the rate of non-product arithmetic in half precision (a GPU's vector units, not its tensor
+cores). The puzzles' GPU has none: it reaches its peak on every op. devices.py holds real GPUs; cluster.py a
+network of them, where what a collective costs depends on which GPUs its group spans (`comm_ticks(...,
+ranks=...)`: the group's global ranks, which a cost model of a cluster maps to GPUs and links).
 """
 
 from __future__ import annotations
@@ -41,7 +48,47 @@ from fractions import Fraction
 
 import torch
 
-from .op_costs import OpCost
+from .op_costs import PRODUCTS, OpCost
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fraction of peak one op achieves on a real GPU, as step functions of its size.
+
+    Each curve is ((threshold, fraction), ...) from the largest threshold down: an op of size >= threshold
+    achieves that fraction; the last threshold is 0. Fractions are exact (Fraction("0.95")), so ticks stay integers.
+
+    matrix:  products (matmuls, attention), by the GFLOPs of the one op (one GEMM, one batched GEMM)
+    vector:  every other op's arithmetic, by its GFLOPs
+    memory:  every op's memory traffic, by the MB (10^6 bytes) it reads and writes
+    vector_half_speedup: how many times faster than `flops_per_tick` non-product arithmetic runs in float16 and
+             bfloat16 (an A100's vector units: 78 TFLOP/s against 19.5 in float32, 4); products get the device's
+             `half_precision_speedup` (its tensor cores).
+    """
+
+    matrix: tuple
+    vector: tuple
+    memory: tuple
+    vector_half_speedup: int | Fraction = 1
+
+    def __post_init__(self):
+        for name in ("matrix", "vector", "memory"):
+            curve = tuple((threshold, Fraction(f)) for threshold, f in getattr(self, name))
+            if not curve or curve[-1][0] != 0 or any(not 0 < f <= 1 for _, f in curve) or \
+                    any(a[0] <= b[0] for a, b in zip(curve, curve[1:])):
+                raise ValueError(f"an efficiency curve runs from the largest threshold down to 0, with fractions in "
+                                 f"(0, 1]: got {name}={getattr(self, name)}")
+            object.__setattr__(self, name, curve)  # exact fractions, whatever the caller wrote
+
+    def scaled(self, matrix: Fraction) -> Efficiency:
+        """The same curves with every product's fraction of peak times `matrix` (at most 1)."""
+        return Efficiency(tuple((t, min(Fraction(1), f * matrix)) for t, f in self.matrix), self.vector,
+                          self.memory, self.vector_half_speedup)
+
+    @staticmethod
+    def at(curve: tuple, size: float) -> Fraction:
+        """The fraction of peak at `size` (the first step whose threshold it reaches)."""
+        return next(f for threshold, f in curve if size >= threshold)
 
 
 @dataclass(frozen=True)
@@ -53,13 +100,16 @@ class DeviceProfile:
     launch_ticks:          the fixed cost of every kernel (an op that computes or moves data; views are free).
     half_precision_speedup: how many times faster arithmetic is in float16 or bfloat16 (tensor cores); the bytes
                            halve by themselves.
+    efficiency:            None: every op reaches the peak (the puzzles' GPU); else the achieved fractions of peak
+                           of a real GPU (Efficiency).
     """
 
     name: str
     flops_per_tick: int
     memory_bytes_per_tick: int
     launch_ticks: int
-    half_precision_speedup: int = 1
+    half_precision_speedup: int | Fraction = 1
+    efficiency: Efficiency | None = None
 
     def __post_init__(self):
         if self.flops_per_tick <= 0 or self.memory_bytes_per_tick <= 0 or self.launch_ticks < 0 or \
@@ -68,15 +118,30 @@ class DeviceProfile:
 
     def compute_ticks(self, cost: OpCost, dtype: torch.dtype | None = None) -> int:
         """One op on the compute stream: the roofline plus the launch."""
+        if self.efficiency is not None:
+            return self._achieved_ticks(cost, dtype) + self.launch_ticks
         rate = self.flops_per_tick
         if dtype in (torch.float16, torch.bfloat16):
             rate *= self.half_precision_speedup
         return max(-(-cost.flops // rate), -(-cost.bytes // self.memory_bytes_per_tick)) + self.launch_ticks
 
+    def _achieved_ticks(self, cost: OpCost, dtype) -> int:
+        """The roofline at the fractions of peak that an op of this size achieves (Efficiency)."""
+        eff, half = self.efficiency, dtype in (torch.float16, torch.bfloat16)
+        product = cost.kind in PRODUCTS
+        rate = self.flops_per_tick * ((self.half_precision_speedup if product else eff.vector_half_speedup)
+                                      if half else 1)
+        arithmetic = Efficiency.at(eff.matrix if product else eff.vector, cost.flops / 1e9)
+        memory = Efficiency.at(eff.memory, cost.bytes / 1e6)
+        flops_ticks = -(-cost.flops * arithmetic.denominator // (rate * arithmetic.numerator))
+        bytes_ticks = -(-cost.bytes * memory.denominator // (self.memory_bytes_per_tick * memory.numerator))
+        return max(flops_ticks, bytes_ticks)
+
     def describe(self) -> str:
+        achieved = "" if self.efficiency is None else ", at the fractions of peak of its efficiency curves"
         return (f"{self.name}: {self.flops_per_tick:,} FLOPs/tick (x{self.half_precision_speedup} in half "
                 f"precision), {self.memory_bytes_per_tick:,} bytes/tick of memory bandwidth, "
-                f"{self.launch_ticks} ticks per kernel launch")
+                f"{self.launch_ticks} ticks per kernel launch{achieved}")
 
 
 # The one device every puzzle runs on: 1 TFLOP/s, 2 TB/s, 4 ns a launch (a tick is a nanosecond).
@@ -104,8 +169,10 @@ class CostModel:
     def compute_ticks(self, cost: OpCost, dtype: torch.dtype | None = None) -> int:
         return self.device.compute_ticks(cost, dtype)
 
-    def comm_ticks(self, kind: str, nbytes: int, group_size: int) -> int:
-        """Ticks that one communication op occupies the communication queue of every rank taking part."""
+    def comm_ticks(self, kind: str, nbytes: int, group_size: int, ranks: tuple | None = None) -> int:
+        """Ticks that one communication op occupies the communication queue of every rank taking part. `ranks`,
+        the global ranks of the group (or (src, dst) of a message), is for a cost model whose links differ
+        between ranks (cluster.py); this one has one network, the same between any two ranks."""
         n, a = group_size, self.latency_ticks
         if kind in ("send", "recv"):
             return a + self._wire(nbytes)
@@ -125,8 +192,9 @@ class CostModel:
             return 0
         raise ValueError(f"no cost formula for {kind!r}")
 
-    def wire_bytes(self, kind: str, nbytes: int, group_size: int) -> int:
-        """Bytes each rank sends under the ring algorithm (the 'communication volume' of the ZeRO paper)."""
+    def wire_bytes(self, kind: str, nbytes: int, group_size: int, ranks: tuple | None = None) -> int:
+        """Bytes each rank sends under the ring algorithm (the 'communication volume' of the ZeRO paper). `ranks`:
+        as for comm_ticks."""
         n = group_size
         if kind in ("send", "recv", "broadcast", "all_to_all_single", "all_to_all"):
             return nbytes  # an all-to-all's caller passes what this rank sends to the others

@@ -131,11 +131,13 @@ class _Matching:
                 c.work._finish(self.ranks[c.rank].clock.compute)
             return
         if hasattr(calls[0], "sent"):  # an all-to-all: each rank moves its own amount; the busiest one sets the time
-            ticks = self.cost.comm_ticks(coll.name, max(max(c.sent, c.received) for c in calls), n)
+            ticks = self.cost.comm_ticks(coll.name, max(max(c.sent, c.received) for c in calls), n,
+                                          ranks=coll.group.ranks)
         else:
-            ticks = self.cost.comm_ticks(coll.name, calls[0].nbytes, n)
+            ticks = self.cost.comm_ticks(coll.name, calls[0].nbytes, n, ranks=coll.group.ranks)
         for c in calls:
-            wire = self.cost.wire_bytes(coll.name, c.sent if hasattr(c, "sent") else c.nbytes, n)
+            wire = self.cost.wire_bytes(coll.name, c.sent if hasattr(c, "sent") else c.nbytes, n,
+                                        ranks=coll.group.ranks)
             c.queued.event = dict(kind=coll.name, nbytes=c.nbytes, wire_bytes=wire, phase=c.phase,
                                   peers=coll.group.ranks, site=c.site, label=c.label)
         self._matched([c.queued for c in calls], ticks)
@@ -250,4 +252,5 @@ class _Matching:
             p.queued.event = dict(kind=p.kind, nbytes=nbytes, wire_bytes=nbytes, phase=p.phase,
                                   peers=(send.rank, recv.rank), site=p.site, label=p.label)
         recv.work._source = send.rank
-        self._matched([send.queued, recv.queued], self.cost.comm_ticks("send", nbytes, 2))
+        self._matched([send.queued, recv.queued],
+                      self.cost.comm_ticks("send", nbytes, 2, ranks=(send.rank, recv.rank)))

@@ -299,7 +299,11 @@ def rule_of(func):
 
 
 def _registered(formula, args, kwargs, out) -> int:
-    """torch's own formula. Most are wrapped to turn tensors into shapes with pytree, which is slow: unwrap them."""
+    """torch's own formula. Most are wrapped to turn tensors into shapes with pytree, which is slow: unwrap them.
+    An overload with an output dtype (`addmm(..., out_dtype=torch.float32)`, torch 2.9+) passes it positionally,
+    where the formulas take the output's shape: it says nothing of the FLOPs and is left out."""
+    if any(isinstance(a, torch.dtype) for a in args):
+        args = tuple(a for a in args if not isinstance(a, torch.dtype))
     on_shapes = getattr(formula, "__wrapped__", None)
     if on_shapes is not None:
         return int(on_shapes(*map(_shape, args), out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))

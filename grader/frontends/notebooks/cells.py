@@ -28,10 +28,11 @@ from ...backends.learner_code import NOTEBOOK_MARK
 from ...specs import SPECS
 
 # How the generated cells that are not the learner's are known: by id, or by text when the ids are gone.
-NOT_LEARNER_IDS = ("install", "setup", "tour-code")
+NOT_LEARNER_IDS = ("install", "setup", "tour-code", "at-scale")
 INSTALL_MARK = "REPO_URL = "  # the published notebook's install cell
 SETUP_MARK = "#@title Setup"  # the standalone notebook's first code cell (it carries the package)
 TOUR_MARK = "# A tour of the simulator"  # the first line of the tour's code cell
+AT_SCALE_MARK = "# Your puzzle 11 and 14 answers"  # the at-scale section's code cell (it runs them, it is not one)
 CHECK_MARK = "from grader.notebook import check"  # every check cell
 PREAMBLE = "import torch\nfrom puzzles import sim\n"  # what the tour cell imports, which later cells may rely on
 
@@ -148,7 +149,7 @@ def _is_learners(cell) -> bool:
     source = cell.source.lstrip()
     if cell.get("id") in NOT_LEARNER_IDS or any(t.endswith("-check") for t in _tags(cell)):
         return False
-    return not (source.startswith((SETUP_MARK, TOUR_MARK)) or CHECK_MARK in source
+    return not (source.startswith((SETUP_MARK, TOUR_MARK, AT_SCALE_MARK)) or CHECK_MARK in source
                 or source.startswith("# Installs") and INSTALL_MARK in source)
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import nbformat
 
 from ...specs import SPECS
-from .cells import CHECK_MARK, INSTALL_MARK, TOUR_MARK, extract_to_folder, notebook_target, tagged_sources
+from .cells import (AT_SCALE_MARK, CHECK_MARK, INSTALL_MARK, TOUR_MARK, extract_to_folder, notebook_target,
+                    tagged_sources)
 from .story import story_markdown
 from ..stubs import stub_body
 
@@ -151,6 +152,28 @@ a memory ledger and a clock."""),
 )
 
 
+AT_SCALE_TEXT = """## At scale: your answers inside GPT-3 175B's training step
+
+The same code, on tensors of torch's `meta` device (shapes, no values), at the size of GPT-3 175B (96 layers,
+hidden size 12,288) on DGX A100s: the memory ledger, the FLOPs and the bytes are the ones a real run would have,
+and the clock is a roofline of an A100 (its peak rates and the efficiency a kernel of that size reaches, NVLink
+inside a node, InfiniBand between nodes). Your puzzle 11's `CopyToTPGroup` and `ReduceFromTPGroup` wrap every
+product of a 3-D run (8-way tensor x 8 pipeline stages, 8 microbatches, no recomputation: see the first stage's
+memory against the GPU's 80 GB); your puzzle 14's operators run the sequence-parallel layers of one pipeline
+stage (12 layers) on all 8 of its GPUs, because they work on the default group. The model, the schedule and the
+optimizer around them are the reference's (grader/specs/scale/); an operator that is not written, or that gets
+two ranks wrong, is replaced by the reference's and the report says so. `python -m grader predict` runs any
+configuration from a terminal, and bench/SCALE.md holds the predictions against the published step times.
+
+What the prediction leaves out: kernels are charged by size, not by their real shapes, fusions and clocks; the
+network has no contention and no NCCL protocol choices; the host (Python, launches, data loading), the
+allocator's fragmentation and stragglers cost nothing. The cell takes about 15 seconds."""
+
+AT_SCALE_CODE = AT_SCALE_MARK + """ (the cells above) in GPT-3 175B's step, on meta tensors.
+from grader.frontends.at_scale import at_scale
+at_scale(globals())"""
+
+
 def part_of(spec) -> Part | None:
     number = int(spec.id[1:])
     return next((p for p in PARTS if p.first <= number <= p.last), None)
@@ -208,6 +231,8 @@ def build_notebook(root: Path, solved: bool = False, standalone: bool = False) -
         cells.append(new_cell("markdown", f"{spec.id}-story", story_markdown(source) + "\n\n" + where_to_write(spec)))
         cells.append(new_cell("code", spec.id, code_without_docstring(code), tags=[spec.id]))
         cells.append(new_cell("code", f"{spec.id}-check", check_code(spec.id), tags=[f"{spec.id}-check"]))
+    if any(c.get("id") == "part-3" for c in cells):  # after Part III, where its answers are
+        cells += [new_cell("markdown", "at-scale-text", AT_SCALE_TEXT), new_cell("code", "at-scale", AT_SCALE_CODE)]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
