@@ -1,6 +1,6 @@
 """The ways out of the ledger and the clock besides a tensor's contents (puzzles/simulator/escapes.py, issue 19's
-blind attack): a rank's own code that switches torch's dispatch modes off, writes a file, maps memory or starts a
-process gets an IsolationError naming its line, on the simulator and on real processes alike; torch's own use of
+blind attack): a rank's own code that switches torch's dispatch modes off, writes a file or maps memory gets an
+IsolationError naming its line, on the simulator and on real processes alike; torch's own use of
 the same levers (printing a tensor) and reading files stay fine; and data hung on any module is tampering.
 Budget: a few seconds, and one gloo group."""
 

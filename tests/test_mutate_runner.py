@@ -6,6 +6,7 @@ honoured, and a survivor is reported with its diff."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -70,14 +71,29 @@ def test_a_mutant_that_stops_its_whole_process_is_killed_by_the_wall_clock():
 
 
 def test_what_a_mutant_starts_is_killed_with_it_and_does_not_hold_up_the_run(tmp_path):
-    pid_file = tmp_path / "pid"
+    # The shell it starts says its pid (a rank may not write files itself), then becomes a `sleep` with an argument
+    # of its own, by which a survivor is found too.
+    pid_file, seconds = tmp_path / "pid", f"600.{os.getpid()}"
+    shell = f"echo $$ >> {pid_file}; exec sleep {seconds}"
     starts = hand_made(REDUCE, f"                if dist.get_rank() == 0 and w is w1:\n"
-                               f"                    open({str(pid_file)!r}, 'a').write(str(__import__("
-                               f"'subprocess').Popen(['sleep', '600']).pid) + ' ')\n" + REDUCE)
+                               f"                    __import__('subprocess').Popen(['sh', '-c', {shell!r}])\n" + REDUCE)
     [outcome] = grade(starts)
     assert outcome.status == SURVIVED and outcome.seconds < LIMITS.wall  # it does nothing wrong, and ends at once
-    for pid in map(int, pid_file.read_text().split()):
-        assert _not_running(pid), f"the mutant's `sleep` (pid {pid}) outlived it"
+    started = [int(p) for p in pid_file.read_text().split()] if pid_file.exists() else []
+    started += _sleeping(seconds)
+    assert all(_not_running(pid) for pid in started), f"the mutant's `sleep` (pids {started}) outlived it"
+
+
+def _sleeping(seconds: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep",
+                                                                                               seconds.encode()]:
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
 
 
 def _not_running(pid: int) -> bool:

@@ -1,4 +1,4 @@
-"""The other ways out of the ledger and the clock: torch's dispatch modes switched off, and the world outside torch.
+"""The other ways out of the ledger and the clock: torch's dispatch modes switched off, files and mapped memory.
 
 Everything a rank computes is seen by one TorchDispatchMode (the simulator's, or the real backend's tracker): that
 is how the memory ledger charges every storage and the clock every op. Two doors bypass it, and no puzzle needs
@@ -10,10 +10,11 @@ either, so while a run is on, a rank's own code that opens one gets an Isolation
   straight from a rank's own code is refused: the caller's file is neither torch's nor the grader's nor the
   simulator's. The functions are replaced on their modules only while a run is on (guards.install), so code that
   imported them beforehand (the grader's) keeps the originals.
-- **Writing files, mapping memory, starting processes.** A rank that writes its optimizer state to a file and reads
-  it back at the next step holds it where no ledger looks; so does an anonymous mmap or a child process. A
-  permanent audit hook (PEP 578: it sees `open`, `os.open`, `mmap` and the process calls from any thread, and
-  cannot be removed) refuses them while a rank's own code runs. Reading files stays fine (imports read them), and
+- **Writing files, mapping memory.** A rank that writes its optimizer state to a file and reads it back at the
+  next step holds it where no ledger looks; so does an anonymous mmap. A permanent audit hook (PEP 578: it sees
+  `open`, `os.open` and `mmap` from any thread, and cannot be removed) refuses them while a rank's own code runs.
+  (A child process could hold data too; processes are left to the batch's sandbox, which kills whatever a puzzle
+  starts, and whose tests start them on purpose.) Reading files stays fine (imports read them), and
   so does the checkpoint disk of puzzle 18 (filesystem.py, or the real backend's disk.py), whose calls come
   through the grader's own code.
 """
@@ -38,8 +39,6 @@ _OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + 
 _PASSING = (_TORCH_DIR, os.path.dirname(os.__file__) + os.sep,
             *{os.path.dirname(os.path.dirname(torch.__file__)) + os.sep})  # torch, the standard library, packages
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_SPAWNS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec",
-           "pty.spawn"}
 _saved: list[tuple] = []
 _caller = None  # guards.caller, set by install
 
@@ -109,8 +108,6 @@ def _audit(event: str, args) -> None:
         what, why = f"opened {path!r} for writing", "a file holds data where the memory ledger cannot see it."
     elif event == "mmap.__new__":
         what, why = "mapped memory (mmap)", "a mapping holds data where the memory ledger cannot see it."
-    elif event in _SPAWNS or event.startswith("os.exec") or event.startswith("os.spawn"):
-        what, why = f"started a process ({event})", "another process holds data and does work no rank is charged for."
     else:
         return
     who = _caller()
