@@ -2,7 +2,6 @@
 
 import mmap
 import os
-import tempfile
 
 import torch
 
@@ -22,10 +21,21 @@ def dispatch_key_excluded(dist):
 
 
 def writes_a_file(dist):
-    path = os.path.join(tempfile.gettempdir(), f"escape-test-{os.getpid()}-{dist.get_rank()}.bin")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"escape-test-{os.getpid()}-{dist.get_rank()}.bin")
     try:
         with open(path, "wb") as f:
             f.write(bytes(4096))
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return 1
+
+
+def saves_to_a_path(dist):
+    """torch.save on a path opens the file in C++, where no audit event is raised."""
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"escape-test-{os.getpid()}-{dist.get_rank()}.pt")
+    try:
+        torch.save({"step": 1}, path)
     finally:
         if os.path.exists(path):
             os.remove(path)
@@ -47,4 +57,4 @@ def prints_and_reads(dist):
 
 
 REFUSED = {dispatch_off: "switched torch's dispatch modes off", dispatch_key_excluded: "switched torch's dispatch",
-           writes_a_file: "for writing", maps_memory: "mapped memory"}
+           writes_a_file: "for writing", saves_to_a_path: "called torch.save on the path", maps_memory: "mapped memory"}
