@@ -85,8 +85,9 @@ def _by_file_object(name: str, original):
     def call(obj_or_f, *args, **kwargs):
         f = obj_or_f if name == "load" else (args[0] if args else kwargs.get("f"))
         who = _caller() if _caller is not None else None
-        if who is not None and isinstance(f, (str, bytes, os.PathLike)) and not _trusted(
-                sys._getframe(1).f_code.co_filename):
+        caller = sys._getframe(1).f_code
+        if who is not None and isinstance(f, (str, bytes, os.PathLike)) and not _trusted(caller.co_filename) \
+                and caller.co_name != "<module>":  # (as for open(): a module being imported may)
             _refuse(who, f"called torch.{name} on the path {os.fsdecode(f)!r}",
                     "a file holds data where the memory ledger cannot see it.")
         return original(obj_or_f, *args, **kwargs)
