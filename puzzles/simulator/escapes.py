@@ -37,17 +37,21 @@ _LEVERS = [(_python_dispatch, n) for n in ("_disable_current_modes", "_pop_mode_
     (torch._C, n) for n in ("_DisableTorchDispatch", "_ExcludeDispatchKeyGuard", "_pop_torch_dispatch_mode",
                             "_unset_dispatch_mode", "_dispatch_tls_set_dispatch_key_excluded")]
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + "simulator" + os.sep,
-         os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "grader") + os.sep)
-_PASSING = (_TORCH_DIR, os.path.dirname(os.__file__) + os.sep,
-            *{os.path.dirname(os.path.dirname(torch.__file__)) + os.sep})  # torch, the standard library, packages
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_OURS = (_HERE + os.sep, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "grader") + os.sep)
+_PASSING = (_TORCH_DIR, os.path.dirname(os.__file__) + os.sep,  # torch, the standard library, installed packages
+            os.path.dirname(os.path.dirname(torch.__file__)) + os.sep)
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _saved: list[tuple] = []
 _caller = None  # guards.caller, set by install
 
 
-def _trusted(filename: str) -> bool:
-    return filename.startswith(_TORCH_DIR) or filename.startswith(_OURS)
+def _rank_calling(code):
+    """The rank whose own code (`code`, the caller's) is calling, or None: torch's and ours are trusted."""
+    who = _caller() if _caller is not None else None
+    if who is None or code.co_filename.startswith(_TORCH_DIR) or code.co_filename.startswith(_OURS):
+        return None
+    return who
 
 
 def _through_ours() -> bool:
@@ -71,8 +75,8 @@ def _refuse(who, what: str, why: str):
 
 def _lever(module, name: str, original):
     def lever(*args, **kwargs):
-        who = _caller() if _caller is not None else None
-        if who is not None and not _trusted(sys._getframe(1).f_code.co_filename):
+        who = _rank_calling(sys._getframe(1).f_code)
+        if who is not None:
             _refuse(who, f"switched torch's dispatch modes off ({module.__name__}.{name})",
                     "ops run there escape the memory ledger, the FLOP count and the clock that grade the puzzle.")
         return original(*args, **kwargs)
@@ -84,10 +88,10 @@ def _lever(module, name: str, original):
 def _by_file_object(name: str, original):
     def call(obj_or_f, *args, **kwargs):
         f = obj_or_f if name == "load" else (args[0] if args else kwargs.get("f"))
-        who = _caller() if _caller is not None else None
-        caller = sys._getframe(1).f_code
-        if who is not None and isinstance(f, (str, bytes, os.PathLike)) and not _trusted(caller.co_filename) \
-                and caller.co_name != "<module>":  # (as for open(): a module being imported may)
+        code = sys._getframe(1).f_code
+        who = _rank_calling(code)
+        if who is not None and isinstance(f, (str, bytes, os.PathLike)) and code.co_name != "<module>":
+            # (as for open(): a module being imported may)
             _refuse(who, f"called torch.{name} on the path {os.fsdecode(f)!r}",
                     "a file holds data where the memory ledger cannot see it.")
         return original(obj_or_f, *args, **kwargs)
