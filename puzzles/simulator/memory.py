@@ -60,14 +60,28 @@ class SiteFinder:
 
     def user_frame(self, frame):
         """The innermost frame outside torch, the standard library and the simulator (harness or learner)."""
-        while frame is not None and self._is_internal(frame.f_code.co_filename):
+        return self._user_frame(frame)[0]
+
+    def _user_frame(self, frame):
+        """user_frame(frame), and its code (None with no frame): each read of frame.f_code is audited by Python
+        ("object.__getattr__": every audit hook of the process runs, escapes.py's included), so a walk reads it
+        once per frame and hands it on."""
+        internal = self._cache
+        while frame is not None:
+            code = frame.f_code
+            name = code.co_filename
+            hit = internal.get(name)
+            if not (self._is_internal(name) if hit is None else hit):
+                return frame, code
             frame = frame.f_back
-        return frame
+        return None, None
 
     def _learner_beyond(self, frame):
         """The first learner's frame (not internal, not harness) at or beyond `frame`, or None."""
-        while frame is not None and (self._is_internal(frame.f_code.co_filename)
-                                     or self._is_harness(frame.f_code.co_filename)):
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not (self._is_internal(name) or self._is_harness(name)):
+                break
             frame = frame.f_back
         return frame
 
@@ -75,32 +89,55 @@ class SiteFinder:
         """The frame that names the site: the innermost frame outside torch, the standard library and the
         simulator; but if that is the harness's and its caller (beyond any more harness frames) is the learner's,
         the learner's (the learner called the grader's wrapper of `dist`)."""
-        frame = self.user_frame(frame)
-        if frame is None or not self._is_harness(frame.f_code.co_filename):
-            return frame
+        return self._site_frame(frame)[0]
+
+    def _site_frame(self, frame):
+        """site_frame(frame), and its code."""
+        frame, code = self._user_frame(frame)
+        if frame is None or not self._harness or not self._is_harness(code.co_filename):
+            return frame, code
         caller = frame
         while caller is not None and self._is_harness(caller.f_code.co_filename):
             caller = caller.f_back
-        return caller if caller is not None and not self._is_internal(caller.f_code.co_filename) else frame
+        if caller is not None and not self._is_internal(caller.f_code.co_filename):
+            return caller, caller.f_code
+        return frame, code
+
+    # A site is found once per op or call and handed on, not found again: each walk reads f_code (audited).
 
     def here(self) -> str:
         """The learner's line that led to this call."""
-        frame = self.site_frame(sys._getframe(1))
-        if frame is None:
-            return "?"
-        key = (frame.f_code, frame.f_lineno)
-        site = self._sites.get(key)
-        if site is None:
-            site = describe_frame(frame)
-            if self._is_harness(frame.f_code.co_filename):
-                site = f"[harness] {site}"  # the grader's own code around the learner's, not the learner's
-            self._sites[key] = site
-        return site
+        return self._site_of(*self._site_frame(sys._getframe(1)))
+
+    def site_at(self, frame) -> str:
+        """The learner's line that led to `frame` (the innermost frame of the walk: here()'s caller)."""
+        return self._site_of(*self._site_frame(frame))
 
     def callers(self, limit: int = 2) -> list[str]:
         """The learner's lines beyond the site, innermost first: the calls that led to the function the site is
         in (a helper's callers), up to `limit` of them. Harness frames are left out."""
-        frame = self.site_frame(sys._getframe(1))
+        return self._callers_beyond(self.site_frame(sys._getframe(1)), limit)
+
+    def here_and_callers(self, limit: int = 2) -> tuple[str, list[str]]:
+        """here() and callers(limit), from one walk of the stack."""
+        frame, code = self._site_frame(sys._getframe(1))
+        return self._site_of(frame, code), self._callers_beyond(frame, limit)
+
+    def _site_of(self, frame, code) -> str:
+        """'p3_data_parallel.py:42: dist.all_reduce(g)' for the site frame (and its code), '[harness] ...' for the
+        grader's."""
+        if frame is None:
+            return "?"
+        key = (code, frame.f_lineno)
+        site = self._sites.get(key)
+        if site is None:
+            site = describe_frame(frame)
+            if self._is_harness(code.co_filename):
+                site = f"[harness] {site}"  # the grader's own code around the learner's, not the learner's
+            self._sites[key] = site
+        return site
+
+    def _callers_beyond(self, frame, limit: int) -> list[str]:
         out = []
         frame = frame.f_back if frame is not None else None
         while frame is not None and len(out) < limit:
