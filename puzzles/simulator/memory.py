@@ -228,9 +228,10 @@ class Ledger:
                 return
             self._live[key] = (nbytes, site)
             self.current += nbytes
-            self.timeline.append((self._now(), self.current))
+            now = self._now()
+            self.timeline.append((now, self.current))
             if self.current > self.peak:
-                self.peak, self.peak_tick = self.current, self._now()
+                self.peak, self.peak_tick = self.current, now
                 self._peak_pending = True
 
     def free(self, key: int) -> None:

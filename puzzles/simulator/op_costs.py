@@ -52,6 +52,7 @@ class OpCost:
 FREE = OpCost()
 
 _aten = torch.ops.aten
+_STRIDED = torch.strided
 
 
 def _packets(*names: str) -> frozenset:
@@ -185,20 +186,48 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 def op_cost(func, args, kwargs, out) -> OpCost:
     """FLOPs and bytes of one aten op (`func`, an OpOverload) called on args/kwargs that returned `out`."""
+    return cost_by_rule(rule_for(func), func, args, kwargs, out)
+
+
+def rule_for(func):
+    """How `func` is charged: FREE, or its rule (rule_of), found once per op and kept in _RULES."""
     rule = _RULES.get(func)
     if rule is None:
         rule = _RULES[func] = rule_of(func)
-    if rule is FREE:
-        return FREE
-    inputs = _tensors(args) + (_tensors(list(kwargs.values())) if kwargs else [])
+    return rule
+
+
+def cost_by_rule(rule, func, args, kwargs, out) -> OpCost:
+    """op_cost, for a caller that holds `func`'s rule already (rule_for(func))."""
+    return FREE if rule is FREE else OpCost(*cost_parts(rule, func, args, kwargs, out))
+
+
+def cost_parts(rule, func, args, kwargs, out) -> tuple[int, int, str]:
+    """(FLOPs, bytes, class) of one op that is not FREE under `rule`: what its OpCost holds. (A caller that meets
+    the same figures again and again can keep their OpCost: making one costs more than finding them.)"""
+    inputs = _tensors(args)
+    if kwargs:
+        inputs += _tensors(list(kwargs.values()))
     outputs = _tensors(out)
-    read = 0 if rule[0] else sum(tensor_bytes(t) for t in inputs)
-    nbytes = read + sum(tensor_bytes(t) for t in outputs)
-    if len(inputs) >= 2 and any(t.layout is not torch.strided for t in inputs):
-        flops, kind = _sparse_product(inputs, outputs), "matmul"
-    else:
-        flops, kind = _APPLY[rule[1]](rule, func, args, kwargs, out, inputs, outputs)
-    return OpCost(flops, nbytes, kind)
+    nbytes = 0
+    if not rule[0]:  # (an op that makes a tensor like another reads its shape, not its data)
+        for t in inputs:
+            nbytes += t.numel() * t.element_size() if t.layout is _STRIDED and t.is_contiguous() else tensor_bytes(t)
+    out_elements = 0  # (_numel of each output, found with its bytes)
+    for t in outputs:
+        if t.layout is _STRIDED:
+            n = t.numel()
+            out_elements += n
+            nbytes += n * t.element_size() if t.is_contiguous() else tensor_bytes(t)
+        else:
+            out_elements += _numel(t)
+            nbytes += tensor_bytes(t)
+    if len(inputs) >= 2:
+        for t in inputs:
+            if t.layout is not _STRIDED:
+                return _sparse_product(inputs, outputs), nbytes, "matmul"
+    flops, kind = _APPLY[rule[1]](rule, func, args, kwargs, out, inputs, out_elements)
+    return flops, nbytes, kind
 
 
 # func -> FREE, or its rule: (reads no data, the rule's name, its parameters), found once per op so that the
@@ -207,40 +236,42 @@ def op_cost(func, args, kwargs, out) -> OpCost:
 _RULES: dict = {}
 
 
-def _out_elements(outputs) -> int:
-    return sum(_numel(t) for t in outputs)
-
-
 def _in_largest(inputs) -> int:
-    return max((_numel(t) for t in inputs), default=0)
+    largest = 0
+    for t in inputs:
+        n = t.numel() if t.layout is _STRIDED else _numel(t)
+        if n > largest:
+            largest = n
+    return largest
 
 
+# rule name -> (FLOPs, class) of one op, from (rule, func, args, kwargs, out, its input tensors, its output elements)
 _APPLY = {
-    "none": lambda rule, func, args, kwargs, out, inputs, outputs: (0, rule[2]),
-    "per input": lambda rule, func, args, kwargs, out, inputs, outputs: (rule[2] * _in_largest(inputs), rule[3]),
-    "per output": lambda rule, func, args, kwargs, out, inputs, outputs: (rule[2] * _out_elements(outputs), rule[3]),
-    "per element": lambda rule, func, args, kwargs, out, inputs, outputs: (
-        rule[2] * max(_in_largest(inputs), _out_elements(outputs)), rule[3]),
-    "registered": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "none": lambda rule, func, args, kwargs, out, inputs, out_elements: (0, rule[2]),
+    "per input": lambda rule, func, args, kwargs, out, inputs, out_elements: (rule[2] * _in_largest(inputs), rule[3]),
+    "per output": lambda rule, func, args, kwargs, out, inputs, out_elements: (rule[2] * out_elements, rule[3]),
+    "per element": lambda rule, func, args, kwargs, out, inputs, out_elements: (
+        rule[2] * max(_in_largest(inputs), out_elements), rule[3]),
+    "registered": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _registered(_formula(func.overloadpacket), args, kwargs, out), rule[2]),
-    "batch summed product": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "batch summed product": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         2 * args[1].numel() * args[2].shape[-1], "matmul"),  # addbmm: 2·b·n·k·m
-    "vector product": lambda rule, func, args, kwargs, out, inputs, outputs: (
-        _vector_product(inputs, _out_elements(outputs)), "matmul"),
-    "attention": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "vector product": lambda rule, func, args, kwargs, out, inputs, out_elements: (
+        _vector_product(inputs, out_elements), "matmul"),
+    "attention": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _attention(inputs[0], inputs[1], backward=False), "attention"),
-    "attention backward": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "attention backward": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _attention(inputs[1], inputs[2], backward=True), "attention"),
-    "fft": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "fft": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _fft(inputs[0], args[1] if len(args) > 1 else None), "matmul"),
-    "cubic": lambda rule, func, args, kwargs, out, inputs, outputs: (_cubic(inputs), "matmul"),
-    "cdist": lambda rule, func, args, kwargs, out, inputs, outputs: (_cdist(inputs), "matmul"),
-    "trilinear": lambda rule, func, args, kwargs, out, inputs, outputs: (_trilinear(args), "matmul"),
-    "accumulate": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "cubic": lambda rule, func, args, kwargs, out, inputs, out_elements: (_cubic(inputs), "matmul"),
+    "cdist": lambda rule, func, args, kwargs, out, inputs, out_elements: (_cdist(inputs), "matmul"),
+    "trilinear": lambda rule, func, args, kwargs, out, inputs, out_elements: (_trilinear(args), "matmul"),
+    "accumulate": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         max((_numel(t) for t in inputs[1:]), default=0) or _in_largest(inputs), "reduction"),
-    "fused optimizer": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "fused optimizer": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         rule[2] * sum(t.numel() for t in _tensors(args[0])), "elementwise"),
-    "random": lambda rule, func, args, kwargs, out, inputs, outputs: (max(_out_elements(outputs), 1), "elementwise"),
+    "random": lambda rule, func, args, kwargs, out, inputs, out_elements: (max(out_elements, 1), "elementwise"),
 }
 
 
@@ -253,7 +284,8 @@ def _product_of(packet):
 
 def _formula(packet):
     """torch's FLOP formula for `packet`, or for its out-of-place op (addmm for addmm_)."""
-    return flop_registry[packet] if packet in flop_registry else flop_registry[_product_of(packet)]
+    formula = flop_registry.get(packet)  # (one lookup: a packet's hash is computed in Python)
+    return formula if formula is not None else flop_registry[_product_of(packet)]
 
 
 def rule_of(func):
@@ -302,11 +334,14 @@ def _registered(formula, args, kwargs, out) -> int:
     """torch's own formula. Most are wrapped to turn tensors into shapes with pytree, which is slow: unwrap them.
     An overload with an output dtype (`addmm(..., out_dtype=torch.float32)`, torch 2.9+) passes it positionally,
     where the formulas take the output's shape: it says nothing of the FLOPs and is left out."""
-    if any(isinstance(a, torch.dtype) for a in args):
-        args = tuple(a for a in args if not isinstance(a, torch.dtype))
+    for a in args:
+        if isinstance(a, torch.dtype):
+            args = tuple(a for a in args if not isinstance(a, torch.dtype))
+            break
     on_shapes = getattr(formula, "__wrapped__", None)
     if on_shapes is not None:
-        return int(on_shapes(*map(_shape, args), out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))
+        return int(on_shapes(*[a.shape if isinstance(a, torch.Tensor) else _shape(a) for a in args],
+                             out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))
     return int(formula(*args, **kwargs, out_val=out))
 
 

@@ -84,6 +84,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files, harness_files)
         self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
+        self.ops: dict = {}  # id(OpOverload) -> what the dispatch mode needs to know of it (mode._Op)
+        self.costs: dict = {}  # ((FLOPs, bytes, class), dtype) -> (OpCost, ticks) of the ops met (mode.py)
         for r in self.ranks:
             r.site = self.sites.here
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
