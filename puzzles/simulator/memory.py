@@ -385,8 +385,10 @@ class StorageTracker:
         """Make `rank` the owner of `storage` and (with `charge`) put its bytes on the rank's ledger. Without
         `charge`, the bytes it holds now stay off the ledger, and only what it grows beyond them is charged."""
         key = storage._cdata
-        if key in self.owner:
-            return
+        if key not in self.owner:
+            self._adopt(key, storage, rank, site, charge)
+
+    def _adopt(self, key: int, storage, rank: int, site: str, charge: bool = True) -> None:
         self.owner[key] = rank
         ledger, owner, refs, sizes, free = self.ledgers[rank], self.owner, self._refs, self._sizes, self._free
         nbytes = storage.nbytes()
@@ -398,9 +400,9 @@ class StorageTracker:
             if sizes.pop(key, 0):  # what the ledger holds for it (audit() checks exactly that)
                 ledger.free(key)
 
-        self._refs[key] = weakref.ref(storage, _finalize)
-        self._free[key] = 0 if charge else nbytes
-        self._sizes[key] = nbytes if charge else 0
+        refs[key] = weakref.ref(storage, _finalize)
+        free[key] = 0 if charge else nbytes
+        sizes[key] = nbytes if charge else 0
         if charge and nbytes:
             ledger.allocate(key, nbytes, site)
 
@@ -409,9 +411,9 @@ class StorageTracker:
         in place. `site` is the allocation site, or a callable that returns it (only asked when needed)."""
         key = storage._cdata
         if key not in self.owner:
-            self.adopt(storage, rank, site() if callable(site) else site)
-            return
-        self._recharge(key, storage, site)
+            self._adopt(key, storage, rank, site() if callable(site) else site)
+        else:
+            self._recharge(key, storage, site)
 
     def _recharge(self, key: int, storage, site) -> None:
         charged = max(0, storage.nbytes() - self._free.get(key, 0))

@@ -36,23 +36,25 @@ _LIFTS = {op for name in ("lift_fresh", "lift_fresh_copy", "lift") for op in
 
 
 _ITEM = torch.ops.aten._local_scalar_dense.default
+_TENSOR, _STRIDED, _SEQUENCES = torch.Tensor, torch.strided, (list, tuple)  # (each a lookup saved per op)
+_AUTOGRAD_NODE = torch._C._current_autograd_node  # the node autograd's engine runs now (None: not in backward)
 
 
 def _tensors_in(args, kwargs) -> list[torch.Tensor]:
     found = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, _TENSOR):
             found.append(a)
-        elif isinstance(a, (list, tuple)):
-            found.extend(x for x in a if isinstance(x, torch.Tensor))
+        elif isinstance(a, _SEQUENCES):
+            found.extend(x for x in a if isinstance(x, _TENSOR))
     return found
 
 
 def _tensors_out(out) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
+    if isinstance(out, _TENSOR):
         return [out]
-    if isinstance(out, (list, tuple)):
-        return [x for x in out if isinstance(x, torch.Tensor)]
+    if isinstance(out, _SEQUENCES):
+        return [x for x in out if isinstance(x, _TENSOR)]
     return []
 
 
@@ -60,10 +62,12 @@ class _Op:
     """What the mode needs to know of one aten op, found the first time the run meets it: a dozen lookups of an
     OpOverload in sets and dicts, each hashed in Python, were a tenth of an op's cost (measured)."""
 
-    __slots__ = ("func", "labels", "lift", "view", "item", "rule", "name")
+    __slots__ = ("func", "call", "labels", "lift", "view", "item", "rule", "name")
 
     def __init__(self, func):
-        self.func = func  # (held, so that the id it is filed under stays its own)
+        self.func = func
+        # What calling it runs: OpOverload.__call__ is a Python frame that calls its _op (2,000 instructions a call)
+        self.call = func._op if isinstance(func, torch._ops.OpOverload) else func
         self.labels = func in _RECORD_ENTER or func in _RECORD_EXIT  # record_function's ops (clock.follow_labels)
         self.lift = func in _LIFTS
         self.view = func.is_view
@@ -78,7 +82,7 @@ class _RankMode(TorchDispatchMode):
     def __init__(self, world: World, me: _RankState):
         super().__init__()
         self.world, self.me = world, me
-        self.ops = world.ops  # id(func) -> _Op, shared by the ranks of the run
+        self.ops = world.ops  # func._op (or func) -> _Op, shared by the ranks of the run
         self.costs = world.costs  # ((FLOPs, bytes, class), dtype) -> (its OpCost, its ticks)
 
     @classmethod
@@ -96,9 +100,13 @@ class _RankMode(TorchDispatchMode):
             raise _Abort
         if me.loading:  # the rank's own module being imported (sim.run's make_fn): its tensors, on its ledger
             return self._while_loading(func, args, kwargs)
-        op = self.ops.get(id(func))
+        try:  # (an OpOverload is filed under its _op: id() is audited by Python, and the op's own hash is Python)
+            key = func._op
+        except AttributeError:
+            key = func
+        op = self.ops.get(key)
         if op is None:
-            op = self.ops[id(func)] = _Op(func)
+            op = self.ops[key] = _Op(func)
         if op.labels and follow_labels(func, args, me.labels):
             return func(*args, **kwargs)
 
@@ -106,7 +114,13 @@ class _RankMode(TorchDispatchMode):
         if not op.lift:  # (torch.tensor's wrap: its input is new memory of this rank, not a tensor from elsewhere)
             owner_of = storage.owner
             for t in _tensors_in(args, kwargs):
-                for st in storages_of(t, me):
+                stores = None
+                if type(t) is _TENSOR and t.layout is _STRIDED:  # storages_of's common case, inline
+                    try:
+                        stores = (t.untyped_storage(),)
+                    except (RuntimeError, NotImplementedError):  # (storages_of refuses such a tensor)
+                        pass
+                for st in stores or storages_of(t, me):
                     owner = owner_of.get(st._cdata)
                     if owner != rank and not (owner is None and t.dim() == 0):  # 0-d: a Python number torch wrapped
                         raise IsolationError(world.isolation_message(rank, owner, t, f"aten.{func.__name__}"))
@@ -115,25 +129,32 @@ class _RankMode(TorchDispatchMode):
         if op.item:  # a number read out of a tensor (.item(), float(t)): fine, a tensor's worth is not
             guards.count_item(me)
 
-        out = func(*args, **kwargs)
+        out = op.call(*args, **kwargs)
 
         rule = op.rule
         if rule is None:
             rule = op.rule = rule_for(func)
-        if rule is FREE:  # a view (or an op that launches no kernel): its storage is seldom new; its line is found
-            for t in _tensors_out(out):  # only then
-                for st in storages_of(t, me):
-                    storage.see(st, rank, world.sites.allocation_site)
-            return out
-        # The learner's line and the phase, found once for the ledger and the clock (SiteFinder.allocation_site,
-        # clock.charge_compute: the same walk from further down, which passes only the simulator's own frames).
-        where = world.sites.site_at(sys._getframe(1))
-        node = torch._C._current_autograd_node()
-        allocated = where if node is None else f"{where}  [backward: {node.name()}]"
+        if rule is FREE:  # a view (or an op that launches no kernel): its storage is seldom new, and its line is
+            allocated = world.sites.allocation_site  # found only then
+        else:
+            # The learner's line and the phase, found once for the ledger and the clock (allocation_site and
+            # charge_compute find them with the same walk from further down, past the simulator's own frames).
+            where = world.sites.site_at(sys._getframe(1))
+            node = _AUTOGRAD_NODE()
+            allocated = where if node is None else f"{where}  [backward: {node.name()}]"
         for t in _tensors_out(out):  # new storages, and storages an op grew in place (resize_, out=, set_)
-            for st in storages_of(t, me):
+            stores = None
+            if type(t) is _TENSOR and t.layout is _STRIDED:  # (as above)
+                try:
+                    stores = (t.untyped_storage(),)
+                except (RuntimeError, NotImplementedError):
+                    pass
+            for st in stores or storages_of(t, me):
                 storage.see(st, rank, allocated)
-        parts, dtype = cost_parts(rule, func, args, kwargs, out), op_dtype(out)
+        if rule is FREE:
+            return out
+        parts = cost_parts(rule, func, args, kwargs, out)
+        dtype = out.dtype if type(out) is _TENSOR else op_dtype(out)  # (op_dtype's common case)
         charged = self.costs.get((parts, dtype))  # (a step's ops cost the same at every step: found once)
         if charged is None:
             cost = OpCost(*parts)

@@ -52,7 +52,8 @@ class OpCost:
 FREE = OpCost()
 
 _aten = torch.ops.aten
-_STRIDED = torch.strided
+# (module constants: on every op, `torch.strided` is two lookups and `(list, tuple)` a tuple built anew)
+_TENSOR, _STRIDED, _DTYPE, _SEQUENCES = torch.Tensor, torch.strided, torch.dtype, (list, tuple)
 
 
 def _packets(*names: str) -> frozenset:
@@ -137,15 +138,20 @@ FFT_FLOPS = 5  # 5·N·log2(n): the radix-2 count for N points transformed along
 
 
 def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _TENSOR):
         return [value]
+    return _tensors_among(value) if isinstance(value, _SEQUENCES) else []
+
+
+def _tensors_among(values) -> list[torch.Tensor]:
+    """_tensors of a list or tuple (an op's args): asking whether a tuple is a Tensor is slow (torch.Tensor's
+    metaclass makes isinstance take Python's long way)."""
     found = []
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            if isinstance(v, torch.Tensor):
-                found.append(v)
-            elif isinstance(v, (list, tuple)):
-                found.extend(_tensors(v))
+    for v in values:
+        if isinstance(v, _TENSOR):
+            found.append(v)
+        elif isinstance(v, _SEQUENCES):
+            found.extend(_tensors(v))
     return found
 
 
@@ -174,11 +180,18 @@ def tensor_bytes(t: torch.Tensor) -> int:
                  (t.values(), t.crow_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.ccol_indices(),
                   t.col_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.row_indices()))
         return sum(tensor_bytes(p) for p in parts)
+    return _span_bytes(t)
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    """tensor_bytes of a strided tensor that is not contiguous (a transpose, an expanded view)."""
     n = t.numel()
     if n == 0:
         return 0
     try:
-        span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) + 1
+        span = 1
+        for size, stride in zip(t.shape, t.stride()):
+            span += (size - 1) * abs(stride)
     except RuntimeError:  # a tensor without strides
         span = n
     return min(n, span) * t.element_size()
@@ -205,34 +218,38 @@ def cost_by_rule(rule, func, args, kwargs, out) -> OpCost:
 def cost_parts(rule, func, args, kwargs, out) -> tuple[int, int, str]:
     """(FLOPs, bytes, class) of one op that is not FREE under `rule`: what its OpCost holds. (A caller that meets
     the same figures again and again can keep their OpCost: making one costs more than finding them.)"""
-    inputs = _tensors(args)
+    inputs = _tensors_among(args) if type(args) is tuple else _tensors(args)
     if kwargs:
-        inputs += _tensors(list(kwargs.values()))
+        inputs += _tensors_among(list(kwargs.values()))
     outputs = _tensors(out)
-    nbytes = 0
-    if not rule[0]:  # (an op that makes a tensor like another reads its shape, not its data)
-        for t in inputs:
-            nbytes += t.numel() * t.element_size() if t.layout is _STRIDED and t.is_contiguous() else tensor_bytes(t)
+    nbytes, read, dense = 0, not rule[0], True  # (an op that makes a tensor like another reads its shape only)
+    for t in inputs:
+        if t.layout is _STRIDED:
+            if read:
+                nbytes += t.nbytes if t.is_contiguous() else _span_bytes(t)  # (nbytes: numel·element size)
+        else:
+            dense = False
+            if read:
+                nbytes += tensor_bytes(t)
     out_elements = 0  # (_numel of each output, found with its bytes)
     for t in outputs:
         if t.layout is _STRIDED:
             n = t.numel()
             out_elements += n
-            nbytes += n * t.element_size() if t.is_contiguous() else tensor_bytes(t)
+            nbytes += n * t.element_size() if t.is_contiguous() else _span_bytes(t)
         else:
             out_elements += _numel(t)
             nbytes += tensor_bytes(t)
-    if len(inputs) >= 2:
-        for t in inputs:
-            if t.layout is not _STRIDED:
-                return _sparse_product(inputs, outputs), nbytes, "matmul"
+    if not dense and len(inputs) >= 2:
+        return _sparse_product(inputs, outputs), nbytes, "matmul"
     flops, kind = _APPLY[rule[1]](rule, func, args, kwargs, out, inputs, out_elements)
     return flops, nbytes, kind
 
 
 # func -> FREE, or its rule: (reads no data, the rule's name, its parameters), found once per op so that the
 # per-call work is the rule alone (a dozen set lookups on an op's packet, each hashed in Python, were half of an
-# op's cost). Plain data, so that the grader can check that every entry is the rule rule_of gives (tamper.py).
+# op's cost). Plain data (a product's rule holds torch's formula for it, looked up once), so that the grader can
+# check that every entry is the rule rule_of gives (tamper.py).
 _RULES: dict = {}
 
 
@@ -253,7 +270,7 @@ _APPLY = {
     "per element": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         rule[2] * max(_in_largest(inputs), out_elements), rule[3]),
     "registered": lambda rule, func, args, kwargs, out, inputs, out_elements: (
-        _registered(_formula(func.overloadpacket), args, kwargs, out), rule[2]),
+        _registered(rule[3], args, kwargs, out), rule[2]),
     "batch summed product": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         2 * args[1].numel() * args[2].shape[-1], "matmul"),  # addbmm: 2·b·n·k·m
     "vector product": lambda rule, func, args, kwargs, out, inputs, out_elements: (
@@ -298,7 +315,7 @@ def rule_of(func):
         return like, "none", "memory"
     product = _product_of(packet)  # w.grad.addmm_(h.t(), dy) is the product h.t() @ dy, written in place
     if product in flop_registry:
-        return like, "registered", "attention" if "attention" in packet.__name__ else "matmul"
+        return like, "registered", "attention" if "attention" in packet.__name__ else "matmul", _formula(packet)
     if product in _VECTOR_PRODUCTS:
         return like, "vector product"
     if product in _BATCH_SUMMED_PRODUCTS:
@@ -334,21 +351,25 @@ def _registered(formula, args, kwargs, out) -> int:
     """torch's own formula. Most are wrapped to turn tensors into shapes with pytree, which is slow: unwrap them.
     An overload with an output dtype (`addmm(..., out_dtype=torch.float32)`, torch 2.9+) passes it positionally,
     where the formulas take the output's shape: it says nothing of the FLOPs and is left out."""
-    for a in args:
-        if isinstance(a, torch.dtype):
-            args = tuple(a for a in args if not isinstance(a, torch.dtype))
-            break
     on_shapes = getattr(formula, "__wrapped__", None)
-    if on_shapes is not None:
-        return int(on_shapes(*[a.shape if isinstance(a, torch.Tensor) else _shape(a) for a in args],
-                             out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))
-    return int(formula(*args, **kwargs, out_val=out))
+    if on_shapes is None:
+        return int(formula(*[a for a in args if not isinstance(a, _DTYPE)], **kwargs, out_val=out))
+    shapes = []
+    for a in args:
+        if isinstance(a, _TENSOR):
+            shapes.append(a.shape)
+        elif not isinstance(a, _DTYPE):
+            shapes.append(_shape(a))
+    out_shape = out.shape if isinstance(out, _TENSOR) else _shape(out)
+    if kwargs:
+        return int(on_shapes(*shapes, out_shape=out_shape, **{k: _shape(v) for k, v in kwargs.items()}))
+    return int(on_shapes(*shapes, out_shape=out_shape))
 
 
 def _shape(x):
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, _TENSOR):
         return x.shape
-    if isinstance(x, (list, tuple)):
+    if isinstance(x, _SEQUENCES):
         return type(x)(_shape(v) for v in x)
     return x
 

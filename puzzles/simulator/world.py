@@ -85,7 +85,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.sites = SiteFinder(library_files, harness_files)
         self.sites.bottom = World._run_rank.__code__
         self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
-        self.ops: dict = {}  # id(OpOverload) -> what the dispatch mode needs to know of it (mode._Op)
+        self.ops: dict = {}  # an OpOverload's _op -> what the dispatch mode needs to know of it (mode._Op)
         self.costs: dict = {}  # ((FLOPs, bytes, class), dtype) -> (OpCost, ticks) of the ops met (mode.py)
         for r in self.ranks:
             r.site = self.sites.here
