@@ -24,11 +24,11 @@ from grader.core import report
 from grader.core.rules import exposed_communication, flops, product_flops, sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import ring_attention_serial as serial
-from grader.specs.p15_ring_attention import checked_split
-from grader.specs.received_blocks import most_held
-from grader.specs.ring_attention_checks import tiles_seen
-from grader.specs.ring_attention_costs import LEAST, MOST, PRODUCT, PROJECTIONS, TILES, block_transfer_ticks, share
+from grader.specs.p15_ring_attention import serial
+from grader.specs.p15_ring_attention.spec import checked_split
+from grader.specs.p15_ring_attention.received_blocks import most_held
+from grader.specs.p15_ring_attention.checks import tiles_seen
+from grader.specs.p15_ring_attention.costs import LEAST, MOST, PRODUCT, PROJECTIONS, TILES, block_transfer_ticks, share
 from puzzles import sim
 from puzzles.model import DTYPE, attention_tile, attention_tile_backward, causal_attention
 
