@@ -27,6 +27,7 @@ HANG = "import time\n\ndef data_parallel_step(dist, x_shard, target_shard, layer
 HOG = ("import torch\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
        "    hog = torch.empty(2**36, dtype=torch.float64)\n")
 CRASH = "import os\nprint('garbage ' * 1000)\nos._exit(3)\n"
+MISTYPED = "from puzzles.model import forward, los_fn\n"  # an ImportError that names the grader's own file
 GARBAGE = ("print('\\x00\\xff garbage', flush=True)\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
            "    for w1, w2 in layers:\n        w1.data = object()\n")
 
@@ -42,7 +43,7 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     cell = next(c for c in spaced.cells if "p3" in c.get("metadata", {}).get("tags", []))
     cell.source += "\n" + " " * 1_000_000 + "\n"
     nbformat.write(spaced, str(subs / "spaced.ipynb"))
-    for name, source in (("dave", HANG), ("erin", HOG), ("frank", CRASH), ("gina", GARBAGE)):
+    for name, source in (("dave", HANG), ("erin", HOG), ("frank", CRASH), ("gina", GARBAGE), ("hank", MISTYPED)):
         (subs / name).mkdir()
         (subs / name / "p3_data_parallel.py").write_text(source)
     (subs / "notes.txt").write_text("not a submission")
@@ -66,12 +67,15 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert {n: p.status for n, p in p3.items()} == {
         "alice": "pass", "bob": "fail", "carol.ipynb": "pass", "cora.ipynb": "not_attempted",
         "spaced.ipynb": "pass", "dave": "error",
-        "erin": "error", "frank": "error", "gina": "error"}
+        "erin": "error", "frank": "error", "gina": "error", "hank": "error"}
     assert p3["dave"].error.startswith("stopped after 30 s: an endless loop, or a wait that never ends?")
     assert p3["erin"].error.startswith("ran out of memory (the limit is 3000 MiB") and "allocate" in p3["erin"].error
     assert "exit status 3" in p3["frank"].error and "garbage garbage" in p3["frank"].error
+    assert "cannot import name 'los_fn' from 'puzzles.model' (puzzles/model.py)" in p3["hank"].error, p3["hank"].error
+    assert str(ROOT) not in p3["hank"].error and "/submission" not in p3["hank"].error  # no path of this machine
+    assert by["alice"]["graded"] == "its top (19 puzzle files)" and by["carol.ipynb"]["graded"] == "carol.ipynb"
     assert all(r["error"] == "" for n, r in by.items() if r["kind"] in ("folder", "notebook"))
-    assert "[11/11]" in progress.getvalue()  # progress, as it goes
+    assert "[12/12]" in progress.getvalue()  # progress, as it goes
 
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
     class_report.write_reports(rows, 4, ["p3"], csv_path=out, json_path=js)
@@ -80,6 +84,18 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert table["notes.txt"]["p3"] == "not_graded" and table["notes.txt"]["error"].startswith("not a submission")
     data = {s["name"]: s for s in json.loads(js.read_text())["submissions"]}
     assert data["broken.ipynb"]["kind"] == "broken" and data["gina"]["puzzles"][0]["status"] == "error"
+
+
+def test_an_error_names_no_folder_of_the_grading_machine():
+    from grader.backends.learner_code import without_machine_paths
+
+    site = "/opt/venvs/course/lib/python3.11/site-packages"
+    said = (f"cannot import name 'x' from 'puzzles.model' ({ROOT}/puzzles/model.py); "
+            f"No module named 'y' ({site}/torch/__init__.py); open('/submission/data.bin') in /submission/p3.py")
+    assert without_machine_paths(said, "/submission/p3.py") == (
+        "cannot import name 'x' from 'puzzles.model' (puzzles/model.py); No module named 'y' (torch/__init__.py); "
+        "open('data.bin') in p3.py")
+    assert without_machine_paths("/etc/passwd", "/p3.py") == "/etc/passwd"  # a file at the root keeps its path
 
 
 def test_a_submission_time_limit_caps_its_puzzles_and_says_so(tmp_path):

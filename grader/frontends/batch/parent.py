@@ -189,7 +189,7 @@ def grade_submission(sub: Submission, index: int, worker: Worker | None, seed: i
             reply, payload = worker.run(request)
             result, flags = verdict(spec, reply, payload, seed, limit, memory_mb)
             if result.status == NOT_ATTEMPTED and result.error.startswith("there is no "):  # not the jail's path
-                where = f" ({sub.graded})" if sub.graded else ""
+                where = f" ({sub.graded})" if sub.graded.endswith("/") else ""  # the folder it was looked for in
                 result.error = f"not handed in: there is no {spec.filename} in this submission{where}"
             if limit < timeout and reply.get("timed_out"):  # the submission's limit stopped it, not its own
                 _, _, said = result.error.partition("\n")
