@@ -4,6 +4,7 @@ rows or error puzzles, and the others are graded as usual. (The adversarial case
 import csv
 import io
 import json
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 
 from grader.backends.simulator import observe_file
 from grader.frontends import batch
+from grader.frontends import progress as progress_line
 from grader.frontends.reports import class_report
 from grader.frontends.batch.verdict import printable, verdict
 from grader.frontends.notebooks.file import build_notebook
@@ -32,7 +34,7 @@ GARBAGE = ("print('\\x00\\xff garbage', flush=True)\n\ndef data_parallel_step(di
            "    for w1, w2 in layers:\n        w1.data = object()\n")
 
 
-def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
+def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path, monkeypatch):
     subs = tmp_path / "subs"
     subs.mkdir()
     shutil.copytree(ROOT / "solutions", subs / "alice")
@@ -49,6 +51,7 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     (subs / "notes.txt").write_text("not a submission")
     (subs / "broken.ipynb").write_text('{"cells": [')
     progress = io.StringIO()
+    monkeypatch.setattr(progress_line, "on_a_terminal", lambda stream: stream is progress)  # a person watches
     # 30 s a puzzle: generous for the honest ones on a busy machine (10 s once proved too short for naive p3);
     # dave, the deliberate hang, uses it up on one job while the other grades the rest.
     rows = batch.run_batch(subs, 4, 30, 3000, ["p3"], jobs=2, progress=progress)
@@ -75,7 +78,10 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert str(ROOT) not in p3["hank"].error and "/submission" not in p3["hank"].error  # no path of this machine
     assert by["alice"]["graded"] == "its top (19 puzzle files)" and by["carol.ipynb"]["graded"] == "carol.ipynb"
     assert all(r["error"] == "" for n, r in by.items() if r["kind"] in ("folder", "notebook"))
-    assert "[12/12]" in progress.getvalue()  # progress, as it goes
+    log = progress.getvalue()
+    assert "[12/12]" in log  # a line per submission, as it goes
+    assert "\r6/12 submissions graded  [" in log and log.endswith("\r" + progress_line.ERASE)  # a line, then erased
+    assert re.findall(r"\r\x1b\[K\[(\d+)/12\] [^\r]*\n", log) == [str(i) for i in range(1, 13)]  # each whole
 
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
     class_report.write_reports(rows, 4, ["p3"], csv_path=out, json_path=js)
