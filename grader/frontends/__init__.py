@@ -18,4 +18,6 @@
     predict.py        `predict`: a training step at a published size (Megatron-LM's GPT, torchtitan's Llama) on
                       meta tensors, on a cluster of real GPUs; predict_answers.py: the learner's operators in it
     plots/            memory timelines and schedules (matplotlib, no pyplot)
+    timeline.py       a run's timeline as Chrome trace-event JSON (--trace) and as a text grid (--schedule)
+    progress.py       the progress line with the time left that batch and mutate draw at a terminal
 """
