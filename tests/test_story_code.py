@@ -317,3 +317,20 @@ def test_what_counts_as_code_to_type(code, expected):
 def test_a_span_is_found_in_the_text_not_in_an_example():
     text = "Use `a.add_(b)`\nacross `x.view(\n    -1)`:\n\n    >>> `not a span`\n    `output, not a span`\n\nafter `y`"
     assert [s.code for s in spans_in(text, "the story")] == ["a.add_(b)", "x.view( -1)", "y"]
+
+
+def test_the_readmes_python_examples_run_and_print_what_they_say(capsys):
+    """The README's ```python blocks are code to type too: each runs, and a `print(...)  # what it prints`
+    prints that."""
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    claims = 0
+    for block in blocks:
+        exec(compile(block, "<README.md>", "exec"), {})
+        printed = capsys.readouterr().out.splitlines()
+        said = [line.split("#", 1)[1].strip() for line in block.splitlines()
+                if line.startswith("print(") and "#" in line]
+        assert printed[len(printed) - len(said):] == said, (printed, said)
+        claims += len(said)
+    assert blocks and claims  # the simulator's example, and what sim.tally prints
