@@ -17,6 +17,7 @@ failure per puzzle.
 
 import re
 import secrets
+import shutil
 
 import pytest
 
@@ -113,10 +114,23 @@ def pytest_terminal_summary(terminalreporter, config):
         return
     from grader.specs import SPECS
 
+    width = shutil.get_terminal_size((100, 24)).columns - 1
     terminalreporter.write_sep("=", "training puzzles")
     for what in ("passed", "failed", "not attempted"):
         ids = [pid for pid in SPECS if outcomes.get(pid) == what]
         if ids:
-            named = ", ".join(f"{pid} {SPECS[pid].title}" for pid in ids) if what != "not attempted" else \
-                ", ".join(ids)
-            terminalreporter.write_line(f"{what} ({len(ids)}): {named}")
+            named = [f"{pid} {SPECS[pid].title}" if what != "not attempted" else pid for pid in ids]
+            for line in wrapped(f"{what} ({len(ids)}): ", named, width):
+                terminalreporter.write_line(line)
+
+
+def wrapped(head: str, items: list[str], width: int) -> list[str]:
+    """`head` and the items, comma-separated, in lines of at most `width` characters, never inside an item."""
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if line.strip() and len(line) + len(piece) > width:
+            lines.append(line.rstrip())
+            line = "    "
+        line += piece + " "
+    return lines + [line.rstrip()]
