@@ -36,8 +36,9 @@ Groups: `dist.new_group(ranks)` is itself a collective of the whole world. Every
 the ones it is not in included, with the same ranks in the same order on every rank (torch.distributed requires
 it: a rank that skips a call, or calls them in another order, leaves the others waiting or pairs the wrong groups).
 A rank gets a group back from the calls it is a member of, and GroupMember.NON_GROUP_MEMBER from the others. Pass
-the group to each collective (`dist.all_reduce(t, group=g)`); `dist.get_rank(g)`, `dist.get_world_size(g)` and
-`dist.get_process_group_ranks(g)` (global ranks, in order) say where a rank sits in it. send and recv take global
+the group to each collective (`dist.all_reduce(t, group=group)`); `dist.get_rank(group)`,
+`dist.get_world_size(group)` and `dist.get_process_group_ranks(group)` (global ranks, in order) say where a rank
+sits in it. send and recv take global
 ranks (`dst=`, `src=`), with or without `group=`.
 
 Write four things:
