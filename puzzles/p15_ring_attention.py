@@ -1,4 +1,4 @@
-# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 4a6fd5abef41)
+# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 08801098945a)
 r"""Puzzle 15 — Context parallelism: ring attention.
 
 The task: causal self-attention over a sequence too long for one rank, on 4 ranks. Each rank holds S/N = 96 of
@@ -22,7 +22,8 @@ bytes, a tile of scores [b, h, c, c] is T = 73,728 bytes, the weights wqkv and w
   - bytes sent: exactly N-1 K/V blocks in forward, 294,912 bytes (at most 295,936), and N-1 K/V blocks and N-1
     dK/dV blocks in backward, 589,824 bytes (at most 590,848);
   - makespan: the communication left exposed at most one block's transfer and 2% of a rank's compute, 784 + 687
-    = 1,471 ticks: every message but the last hides behind the tiles.
+    = 1,471 ticks: every message but the last hides behind the tiles (copies or clones run while a message is in
+    flight hide nothing: only work with arithmetic hides a message).
 
 The split. Cut the sequence into 2N chunks of c = S/2N = 48 tokens, and attention into c x c tiles (a query chunk
 against a key chunk). Under the causal mask query chunk i sees key chunks 0..i: i full tiles and the diagonal

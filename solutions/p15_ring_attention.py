@@ -21,7 +21,8 @@ bytes, a tile of scores [b, h, c, c] is T = 73,728 bytes, the weights wqkv and w
   - bytes sent: exactly N-1 K/V blocks in forward, 294,912 bytes (at most 295,936), and N-1 K/V blocks and N-1
     dK/dV blocks in backward, 589,824 bytes (at most 590,848);
   - makespan: the communication left exposed at most one block's transfer and 2% of a rank's compute, 784 + 687
-    = 1,471 ticks: every message but the last hides behind the tiles.
+    = 1,471 ticks: every message but the last hides behind the tiles (copies or clones run while a message is in
+    flight hide nothing: only work with arithmetic hides a message).
 
 The split. Cut the sequence into 2N chunks of c = S/2N = 48 tokens, and attention into c x c tiles (a query chunk
 against a key chunk). Under the causal mask query chunk i sees key chunks 0..i: i full tiles and the diagonal

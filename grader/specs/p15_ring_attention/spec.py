@@ -134,7 +134,7 @@ class RingAttention(PuzzleSpec):
                                             (N - 1) * KV + BOOKKEEPING_BYTES, "bytes"),
             "backward communication": Budget("backward communication", "exactly (N-1) K/V blocks and (N-1) dK/dV "
                                              "blocks, 2·(N-1)·KV (+ 1 KiB)", 2 * (N - 1) * KV + BOOKKEEPING_BYTES, "bytes"),
-            "makespan": Budget("makespan", f"communication left exposed, makespan - min(compute, 1.25·C), at most "
+            "makespan": Budget("makespan", f"communication left exposed, makespan - min(work, 1.25·C), at most "
                                f"one block's transfer {t:,} + margin {MARGIN_PERCENT}%·C {margin:,} ticks "
                                f"(C = {c:,}, a rank's compute)", t + margin, "ticks"),
         }
@@ -170,7 +170,7 @@ class RingAttention(PuzzleSpec):
             rules.balance_check(obs, budgets["balance"]),
             *(rules.phase_communication_check(obs, budgets[f"{phase} communication"], phase, qkv.passed)
               for phase in ("forward", "backward")),
-            overlap_check(obs, budgets["makespan"], share().ticks, self.diagnose_makespan),
+            overlap_check(obs, budgets["makespan"], share().ticks, COST.device, self.diagnose_makespan),
         ]
 
     @staticmethod
