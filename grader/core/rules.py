@@ -247,6 +247,20 @@ def sent(obs: Observation, rank: int, phase: str | None = None) -> dict[str, tup
     return by_kind
 
 
+def received(event: dict) -> int:
+    """The bytes of other ranks' data that a communication event brought its rank: a receive's buffer; a
+    collective's share from the other members, (n-1)/n of its buffer (an all-gather's output, an all-reduced
+    tensor, an all-to-all's exchange, a broadcast counted over the group's n broadcasts), 1/n of that for a
+    reduce-scatter's output; nothing for a send, a barrier or the making of a group."""
+    kind, nbytes, n = event["kind"], event["nbytes"], max(len(event.get("peers") or ()), 1)
+    if kind == "recv":
+        return nbytes
+    if kind in ("send", "barrier", "new_group") or n <= 1:
+        return 0
+    share = nbytes * (n - 1) // n
+    return share // n if kind.startswith("reduce_scatter") else share
+
+
 def describe_sent(by_kind: dict[str, tuple[int, int]]) -> str:
     return ", ".join(f"{kind} x{calls} {fmt(nbytes, 'bytes')}" for kind, (calls, nbytes) in sorted(by_kind.items())) \
         or "nothing"

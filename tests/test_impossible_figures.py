@@ -1,0 +1,64 @@
+"""Checks that cannot be met by impossible figures (issue 29), each attacked at its rule on hand-made observations:
+a check that had nothing to measure fails instead of passing, whatever carried the data counts, and a schedule
+the clock could not have run is refused."""
+
+from grader.core.result import Budget
+from grader.core.spec import Observation
+from grader.specs import SPECS
+from grader.specs.p2_activation_sharding.spec import C, L, N
+
+
+def event(rank, stream, kind, start, end, flops=0, nbytes=0, peers=(), products=None):
+    return {"rank": rank, "stream": stream, "kind": kind, "start": start, "end": end, "flops": flops,
+            "nbytes": nbytes, "wire_bytes": nbytes, "label": "", "phase": "", "peers": peers, "site": "",
+            "ops": 1, "product_flops": flops if products is None else products, "op": "", "issued": start}
+
+
+def observation(events, results, ranks):
+    return Observation(results, [0] * ranks, [{}] * ranks, events, max((e["end"] for e in events), default=0))
+
+
+# ---- p2: nothing gathered is not "nothing gathered late"
+
+P2 = SPECS["p2"]
+K = 4
+RIGHT = (True, True, True)  # gradients right, forward kept only shards, compute within budget
+
+
+def p2_budget(name):
+    return P2.budgets({"k": K})[name]
+
+
+def test_a_backward_that_gathers_nothing_fails_both_gather_checks():
+    obs = observation([], [{"held_at_gathers": []}] * N, N)
+    held = P2.held_check(obs, p2_budget("gathered checkpoints"), K, RIGHT)
+    in_time = P2.in_time_check(obs, p2_budget("gathered in time"), K, RIGHT)
+    assert not held.passed and "communicated nothing" in held.message
+    assert not in_time.passed and "gathered 0 checkpoints' worth" in in_time.message
+    assert "ledger could not see them" in in_time.diagnosis  # right gradients, nothing seen kept, nothing rebuilt
+    rebuilt = P2.in_time_check(obs, p2_budget("gathered in time"), K, (True, True, False))
+    assert "rebuilt from x" in rebuilt.diagnosis
+    wrong = P2.in_time_check(obs, p2_budget("gathered in time"), K, (False, True, True))
+    assert wrong.diagnosis == ""  # wrong gradients: no guess where checkpoints came from
+
+
+def test_rows_gathered_by_any_call_count_and_all_of_them_up_front_is_late():
+    """Receives of each rank's rows count as gathering, as an all-gather does: all L/k checkpoints received before
+    the first segment's backward is all of them up front. Each checkpoint received right before its segment is
+    in time. Gradient all-reduces (sums over buffers that are not whole [B, d] checkpoints) do not count."""
+    rows = C // N
+    up_front = [event(0, "comm", "recv", t, t + 1, nbytes=rows, peers=(src, 0))
+                for t, src in enumerate(s for _ in range(L // K) for s in (1, 2, 3))]
+    segment = [event(0, "compute", "backward", 100 + 10 * i, 110 + 10 * i, flops=10 ** 12) for i in range(L // K)]
+    obs = observation(up_front + segment, [{"held_at_gathers": [C]}] * N, N)
+    check = P2.in_time_check(obs, p2_budget("gathered in time"), K, RIGHT)
+    assert not check.passed and "gathered them all up front" in check.diagnosis
+    in_time = [event(0, "comm", "recv", 100 + 10 * i, 101 + 10 * i, nbytes=rows, peers=(src, 0))
+               for i in range(L // K) for src in (1, 2, 3)]
+    gradients = [event(0, "comm", "all_reduce", 50, 51, nbytes=C // 2, peers=(0, 1, 2, 3))] * 8
+    ranks = [observation(in_time + gradients + segment, [{"held_at_gathers": [C]}] * N, N)]
+    assert P2.in_time_check(ranks[0], p2_budget("gathered in time"), K, RIGHT).passed is False  # only rank 0 did
+    everyone = [dict(e, rank=r, peers=(e["peers"][0], r) if e["kind"] == "recv" else e["peers"])
+                for r in range(N) for e in in_time + gradients + segment]
+    assert P2.in_time_check(observation(everyone, [{"held_at_gathers": [C]}] * N, N),
+                            p2_budget("gathered in time"), K, RIGHT).passed
