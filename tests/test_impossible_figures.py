@@ -62,3 +62,45 @@ def test_rows_gathered_by_any_call_count_and_all_of_them_up_front_is_late():
                 for r in range(N) for e in in_time + gradients + segment]
     assert P2.in_time_check(observation(everyone, [{"held_at_gathers": [C]}] * N, N),
                             p2_budget("gathered in time"), K, RIGHT).passed
+
+
+# ---- p15: who sent to whom
+
+P15 = SPECS["p15"]
+
+
+def ring_sends(step_to, phase, blocks):
+    """Every rank sends `blocks` K/V-block-sized messages in `phase`, the i-th to rank step_to(rank, i)."""
+    from grader.specs.p15_ring_attention.serial import KV, N as WORLD
+    out = []
+    for r in range(WORLD):
+        for i in range(blocks):
+            e = event(r, "comm", "send", i, i + 1, nbytes=KV // 2, peers=(r, step_to(r, i) % WORLD))
+            e["phase"] = phase
+            out += [e, dict(e)]  # K and V apart
+    return out
+
+
+def test_blocks_go_round_the_ring_in_forward_whatever_the_direction():
+    from grader.specs.p15_ring_attention.checks import phase_communication_check
+    from grader.specs.p15_ring_attention.serial import N as WORLD
+    budget = P15.budgets(P15.make_inputs(0))["forward communication"]
+    for turn in (1, -1):  # right or left: a ring either way
+        obs = observation(ring_sends(lambda r, i: r + turn, "forward", WORLD - 1), [{}] * WORLD, WORLD)
+        assert phase_communication_check(obs, budget, "forward", True).passed
+    straight = observation(ring_sends(lambda r, i: r + i + 1, "forward", WORLD - 1), [{}] * WORLD, WORLD)
+    check = phase_communication_check(straight, budget, "forward", True)
+    assert not check.passed and "not its ring neighbours" in check.diagnosis, check.message
+
+
+def test_in_backward_the_dkdv_may_go_home_but_not_the_kv_blocks_too():
+    from grader.specs.p15_ring_attention.checks import phase_communication_check
+    from grader.specs.p15_ring_attention.serial import N as WORLD
+    budget = P15.budgets(P15.make_inputs(0))["backward communication"]
+    kv_ring = ring_sends(lambda r, i: r + 1, "backward", WORLD - 1)
+    home = ring_sends(lambda r, i: r - i - 1, "backward", WORLD - 1)  # each dK/dV part straight to its owner
+    obs = observation(kv_ring + home, [{}] * WORLD, WORLD)
+    assert phase_communication_check(obs, budget, "backward", True).passed
+    far = ring_sends(lambda r, i: r + 2, "backward", 2 * (WORLD - 1))  # the right bytes, none round the ring
+    check = phase_communication_check(observation(far, [{}] * WORLD, WORLD), budget, "backward", True)
+    assert not check.passed and "within the budget" in check.message and "not its ring neighbours" in check.diagnosis
