@@ -104,3 +104,45 @@ def test_in_backward_the_dkdv_may_go_home_but_not_the_kv_blocks_too():
     far = ring_sends(lambda r, i: r + 2, "backward", 2 * (WORLD - 1))  # the right bytes, none round the ring
     check = phase_communication_check(observation(far, [{}] * WORLD, WORLD), budget, "backward", True)
     assert not check.passed and "within the budget" in check.message and "not its ring neighbours" in check.diagnosis
+
+
+# ---- pipelines: the schedule read off the messages
+
+def test_a_relay_needs_its_products_between_each_input_and_the_outputs_after_it():
+    """Each output needs an input that arrived before it and a unit of products after that arrival, whatever order
+    the rank ran its units in; products computed before the inputs arrived (padding at tick 0) pay for nothing."""
+    from grader.core.schedule import Relay, shortfall
+    relay = Relay("forward", (10, 20), (15, 30), 100, ("activation in", "activation out"))
+
+    def obs(*spans):
+        return observation([event(0, "compute", "forward", a, b, flops=f) for a, b, f in spans], [{}], 1)
+
+    assert shortfall(obs((10, 15, 100), (20, 30, 100)), 0, relay) is None
+    assert shortfall(obs((10, 30, 200)), 0, relay) is None  # one event for both: cut pro rata
+    padded = shortfall(obs((0, 10, 10 ** 6)), 0, relay)
+    assert padded is not None and padded.output == 1 and padded.found == 0
+    assert "its 1st activation out at tick 15" in padded.describe()
+    late = shortfall(obs((10, 15, 100), (16, 19, 100)), 0, relay)  # the second unit ran before its input came
+    assert late is not None and late.output == 2 and late.start == 20
+
+
+def test_a_pipeline_refuses_a_makespan_below_the_critical_paths_work():
+    """With every stage's messages and products where they belong but the step shorter than the products of the
+    chain at the peak rate, the bubble check fails: no schedule on the clock is that short."""
+    spec = SPECS["p5"]
+    budget = spec.budgets(spec.make_inputs(0))["bubble"]
+    quick = observation([event(r, "compute", "forward", 0, 100, flops=10 ** 6) for r in range(4)], [{}] * 4, 4)
+    check = spec.bubble_check(quick, budget, values_right=True)
+    assert not check.passed and "less than the critical path's work" in check.message
+    assert "neither timed nor counted" in check.diagnosis
+    assert spec.bubble_check(quick, budget, values_right=False).diagnosis == ""
+
+
+def test_a_bubble_is_never_below_zero():
+    """A last stage whose own compute is less than the formula's work (a cheaper style) has its bubble read
+    against its own compute, so a figure below zero cannot be reported; above the critical path's floor."""
+    spec = SPECS["p5"]
+    budget = spec.budgets(spec.make_inputs(0))["bubble"]
+    busy = [event(r, "compute", "forward", 1000, 30_000, flops=10 ** 9) for r in range(4)]  # W is 32,920
+    check = spec.bubble_check(observation(busy, [{}] * 4, 4), budget)  # 1 - W/makespan would be -9.7%
+    assert check.passed and abs(check.measured - 1000 / 30_000) < 1e-6 and "its own compute" in check.message
