@@ -1,5 +1,6 @@
 """p2 cheat: puzzle 1's full checkpoints on every rank, kept as sparse tensors, whose bytes live in their indices
-and values rather than in a storage of their own (the ledger once missed them: 0 bytes kept, and p2 passed). Nothing is gathered: the gather checks fail too."""
+and values rather than in a storage of their own (the ledger once missed them: 0 bytes kept, and p2 passed).
+Nothing is gathered: the gather checks fail too."""
 
 import torch
 

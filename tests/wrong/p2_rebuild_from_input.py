@@ -1,6 +1,7 @@
 """p2 mistake (of a kind): the shards are kept, but never gathered: the backward rebuilds each checkpoint by
 running the stack again from x, which every rank holds anyway. Right values and memory, but the rebuilding costs
-a forward through every block before the segment, for every segment. Nothing is gathered: the gather checks fail too, and say the checkpoints were rebuilt."""
+a forward through every block before the segment, for every segment. Nothing is gathered: the gather checks fail
+too, and say the checkpoints were rebuilt."""
 
 import torch
 

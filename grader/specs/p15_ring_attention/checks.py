@@ -1,6 +1,7 @@
 """p15's checks beyond the values and memory (memory.py), and what each failure says: the compute
 (the tiles the mask leaves, no more), the balance between ranks, the bytes per phase and to whom (round the ring),
-and why messages were left exposed on the clock. Wrong values are named by replaying the common mistakes on the serial attention."""
+and why messages were left exposed on the clock. Wrong values are named by replaying the common mistakes on the
+serial attention."""
 
 from __future__ import annotations
 

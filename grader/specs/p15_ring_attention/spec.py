@@ -131,8 +131,8 @@ class RingAttention(PuzzleSpec):
                               f"24·b·(S/N)·d² + (2N+1)·6·2·b·c²·d = {LEAST:,} in products)", MOST, "count"),
             "balance": Budget("balance", f"the busiest rank's FLOPs at most {BALANCE_PERCENT}% above the least "
                                          f"busy's", BALANCE_PERCENT / 100, "fraction"),
-            "forward communication": Budget("forward communication", "exactly (N-1) K/V blocks, (N-1)·KV (+ 1 KiB), each "
-                                            "sent to a ring neighbour",
+            "forward communication": Budget("forward communication", "exactly (N-1) K/V blocks, (N-1)·KV (+ 1 KiB), "
+                                            "each sent to a ring neighbour",
                                             (N - 1) * KV + BOOKKEEPING_BYTES, "bytes"),
             "backward communication": Budget("backward communication", "exactly (N-1) K/V blocks and (N-1) dK/dV "
                                              "blocks, 2·(N-1)·KV (+ 1 KiB), the K/V blocks to a ring neighbour",

@@ -167,7 +167,8 @@ class Interleaved(PuzzleSpec):
                       (f"activation from rank {prev}", f"activation to rank {next_}")),
                 Relay("chunk backward", tuple(grads), tuple(departures(obs, rank, prev, least)), unit,
                       (f"gradient from rank {next_}", f"gradient to rank {prev}")),
-                Relay("chunk backward", tuple(grads), (end,) * (V * M), 2 * unit, (f"gradient from rank {next_}", None))]
+                Relay("chunk backward", tuple(grads), (end,) * (V * M), 2 * unit,
+                      (f"gradient from rank {next_}", None))]
 
     def bubble_check(self, obs: Observation, budget: Budget, values_right: bool = True) -> Check:
         floor = peak_ticks((P - 1) * (PRODUCTS // 3) + V * M * PRODUCTS, COST.device)

@@ -3,9 +3,9 @@
 p3's rules (updated weights, each rank's compute share, the bytes it sends), and the makespan on the simulated
 clock, measured as the communication left exposed: makespan - min(work, 1.25·C), at most about one block's
 all-reduce A sticking out after backward, plus a tolerance T (work: the compute stream, less the copies and clones
-that ran while a message was in flight, which hide nothing: core/rules.py). The cost model makes a block's all-reduce (816
-ticks) a bit shorter than a block's backward (1,078 ticks), so a good overlap hides all but the last one, while
-synchronous all-reduces after backward leave all 8 x 432 ticks of communication exposed.
+that ran while a message was in flight, which hide nothing: core/rules.py). The cost model makes a block's
+all-reduce (816 ticks) a bit shorter than a block's backward (1,078 ticks), so a good overlap hides all but the
+last one, while synchronous all-reduces after backward leave all 8 x 432 ticks of communication exposed.
 """
 
 from __future__ import annotations
