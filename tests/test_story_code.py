@@ -190,7 +190,7 @@ CONTEXTS = {
             "works = [dist.isend(send_chunk, right), dist.irecv(buf, left)]": "{code}\nfor w in works:\n    w.wait()",
             "for w in works: w.wait()": "works = [dist.isend(send_chunk, right), dist.irecv(buf, left)]\n{code}"}),
     "p14": Context("""
-        from grader.specs.sequence_parallel_model import sequence_loss
+        from grader.specs.p14_sequence_parallel.layout import sequence_loss
         b, s, d, n_heads = 2, 32, 64, 8
         x = torch.randn(b, s // N, d, dtype=torch.float64, requires_grad=True)   # this rank's tokens
         x_r, t = x, torch.randn(b, s, d, dtype=torch.float64)
