@@ -24,9 +24,9 @@ from grader.backends.learner_code import load_module  # noqa: E402
 from grader.backends.simulator import observe  # noqa: E402
 from grader.frontends.targets import REPO  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs.all_reduce_mistakes import sent_in  # noqa: E402
-from grader.specs.all_reduce_runs import (ALPHA, COST, LINK, RUNS, comm_by_run, crossover_bytes,  # noqa: E402
-                                          held_beyond, run_makespan)
+from grader.specs.p13_collectives.mistakes import sent_in  # noqa: E402
+from grader.specs.p13_collectives.runs import (ALPHA, COST, LINK, RUNS, comm_by_run, crossover_bytes,  # noqa: E402
+                                               held_beyond, run_makespan)
 from puzzles import sim  # noqa: E402
 
 SPEC = SPECS["p13"]

@@ -32,7 +32,7 @@ from grader.core.rules import sent  # noqa: E402
 from grader.core.spec import Observation  # noqa: E402
 from grader.frontends.targets import REPO  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs import clipping_layout as lay  # noqa: E402
+from grader.specs.p19_global_clipping import layout as lay  # noqa: E402
 
 SPEC = SPECS["p19"]
 

@@ -61,8 +61,9 @@ def observe_reference(pid: str, cost: CostModel | None = None):
 
 def formulas() -> None:
     from grader.core.rules import flops
-    from grader.specs import p6_one_f_one_b, p8_zero
-    from grader.specs import pipeline_values as p5_gpipe  # p5's (and p6's) sizes
+    from grader.specs.p6_one_f_one_b import spec as p6_one_f_one_b
+    from grader.specs.p8_zero import spec as p8_zero
+    from grader.specs.common import pipeline_values as p5_gpipe  # p5's (and p6's) sizes
 
     print("\n## 2. simulated figures against the formulas (reference solutions, seed 0)")
     p, m = p5_gpipe.P, p5_gpipe.M

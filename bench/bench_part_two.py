@@ -29,8 +29,8 @@ from grader.backends.simulator import observe  # noqa: E402
 from grader.core.rules import sent  # noqa: E402
 from grader.frontends.targets import REPO  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs import mixed_precision_serial as serial  # noqa: E402
-from grader.specs import p10_fsdp as p10  # noqa: E402
+from grader.specs.p9_mixed_precision import serial  # noqa: E402
+from grader.specs.p10_fsdp import spec as p10  # noqa: E402
 from puzzles.model import forward, loss_fn  # noqa: E402
 
 P9_ANSWERS = [REPO / "solutions" / "p9_mixed_precision.py", *sorted((REPO / "tests" / "alternatives").glob("p9_*.py"))]

@@ -23,9 +23,9 @@ from grader.backends.learner_code import load_module  # noqa: E402
 from grader.core.rules import sent  # noqa: E402
 from grader.core.spec import Observation  # noqa: E402
 from grader.frontends.targets import REPO  # noqa: E402
-from grader.specs.costs import block_costs, loss_costs  # noqa: E402
-from grader.specs.pipeline_values import COST  # noqa: E402
-from grader.specs.zero_bubble_costs import split_costs  # noqa: E402
+from grader.specs.common.costs import block_costs, loss_costs  # noqa: E402
+from grader.specs.common.pipeline_values import COST  # noqa: E402
+from grader.specs.p17_zero_bubble.costs import split_costs  # noqa: E402
 from puzzles import sim  # noqa: E402
 from puzzles.model import init_layers, make_batch  # noqa: E402
 

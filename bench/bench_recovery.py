@@ -32,9 +32,9 @@ from grader.backends.learner_code import load_module  # noqa: E402
 from grader.backends.simulator import grade_file  # noqa: E402
 from grader.frontends.targets import REPO  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs import p18_recovery as p18  # noqa: E402
-from grader.specs import recovery_job as jobs  # noqa: E402
-from grader.specs import recovery_training as training  # noqa: E402
+from grader.specs.p18_recovery import spec as p18  # noqa: E402
+from grader.specs.p18_recovery import job as jobs  # noqa: E402
+from grader.specs.p18_recovery import training  # noqa: E402
 from puzzles.simulator.filesystem import DISK  # noqa: E402
 
 SPEC = SPECS["p18"]

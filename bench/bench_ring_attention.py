@@ -28,10 +28,10 @@ from grader.core.probe import memory_now  # noqa: E402
 from grader.core.rules import exposed_communication, flops, sent  # noqa: E402
 from grader.frontends.targets import REPO  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs import ring_attention_serial as serial  # noqa: E402
-from grader.specs.received_blocks import most_held, watched  # noqa: E402
-from grader.specs.ring_attention_checks import tiles_seen  # noqa: E402
-from grader.specs.ring_attention_costs import block_transfer_ticks, share  # noqa: E402
+from grader.specs.p15_ring_attention import serial  # noqa: E402
+from grader.specs.p15_ring_attention.received_blocks import most_held, watched  # noqa: E402
+from grader.specs.p15_ring_attention.checks import tiles_seen  # noqa: E402
+from grader.specs.p15_ring_attention.costs import block_transfer_ticks, share  # noqa: E402
 from puzzles import model, sim  # noqa: E402
 
 SPEC = SPECS["p15"]

@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grader.backends.scale.runner import line_points, predict, predict_by_line  # noqa: E402
-from grader.specs.scale import formulas  # noqa: E402
-from grader.specs.scale.presets import MEGATRON, megatron  # noqa: E402
+from grader.predictor.runner import line_points, predict, predict_by_line  # noqa: E402
+from grader.predictor import formulas  # noqa: E402
+from grader.predictor.presets import MEGATRON, megatron  # noqa: E402
 
 GIB = 2**30
 OUT = ROOT / "bench" / "SCALE.md"
@@ -72,7 +72,7 @@ def run_megatron(name: str, mode: str, cluster: str = "a100") -> dict:
 def run_torchtitan() -> dict:
     """torchtitan's Llama 3.1 8B on 8 H100s: tokens per second per GPU (the local batch's tokens over the step)
     and the rank's peak memory, against docs/performance.md's Table 1."""
-    from grader.specs.scale.presets import TORCHTITAN_MEMORY_GIB, TORCHTITAN_TOKENS_PER_SECOND, torchtitan_llama8b
+    from grader.predictor.presets import TORCHTITAN_MEMORY_GIB, TORCHTITAN_TOKENS_PER_SECOND, torchtitan_llama8b
 
     cfg = torchtitan_llama8b()
     p = predict(cfg)
@@ -89,7 +89,7 @@ def run_torchtitan() -> dict:
 
 def fit() -> Fraction:
     """The fraction of Calculon's matrix efficiency that makes 22B (SP + selective) take its published 1.10 s."""
-    import puzzles.simulator.cluster as cluster
+    import grader.predictor.cluster as cluster
 
     base = cluster.CLUSTERS["a100-calculon"]
     lo, hi = Fraction("0.5"), Fraction(1)
@@ -215,8 +215,8 @@ MODES = {"full": "full", "seqsel": "SP + selective", "none": "none (no SP)"}
 
 HEADER = """# Predictions at scale against published runs
 
-`python -m grader predict` runs Megatron-LM's GPT training step (grader/specs/scale/) on the simulator with meta
-tensors, on a cluster of real GPUs (puzzles/simulator/devices.py, cluster.py). This file is written by
+`python -m grader predict` runs Megatron-LM's GPT training step (grader/predictor/) on the simulator with meta
+tensors, on a cluster of real GPUs (grader/predictor/devices.py, cluster.py). This file is written by
 `python bench/bench_scale.py` (at commit {commit}, torch {torch}, Python {python}, on two shared CPU cores). The runs
 were made at commit 1486ac5 (the fitted A100 and the H100) and 45df5a7 (Calculon's curves, the line's check); after
 merging main at 2de32f3 the 22B runs and the H100 run gave the same step to the tick and the same memory to the
@@ -250,7 +250,7 @@ H100_SECTION = """
 
 FSDP over 8 H100s of one Grand Teton host, local batch 2 of 8,192 tokens, selective activation checkpointing
 (torchtitan's "op" policy), bfloat16 compute with float32 gradient reduction, no torch.compile, no Float8
-(grader/specs/scale/llama.py). Calculon's H100 curves, nothing fitted.
+(grader/predictor/llama.py). Calculon's H100 curves, nothing fitted.
 """
 
 FOOTER = """

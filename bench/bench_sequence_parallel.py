@@ -29,8 +29,8 @@ from grader.core.grading import one_thread  # noqa: E402
 from grader.core.rules import flops, product_flops, sent  # noqa: E402
 from grader.frontends.targets import REPO, grade_target  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs import sequence_parallel_costs as c  # noqa: E402
-from grader.specs.sequence_parallel_model import B, D, E, F64, H, HEADS, L, N, S  # noqa: E402
+from grader.specs.p14_sequence_parallel import costs as c  # noqa: E402
+from grader.specs.p14_sequence_parallel.layout import B, D, E, F64, H, HEADS, L, N, S  # noqa: E402
 
 SPEC = SPECS["p14"]
 

@@ -32,9 +32,9 @@ from grader.backends.simulator import observe  # noqa: E402
 from grader.core.rules import sent, sent_on_group  # noqa: E402
 from grader.frontends.targets import REPO, grade_target  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
-from grader.specs import expert_routing as moe  # noqa: E402
-from grader.specs import three_d_layout as layout  # noqa: E402
-from grader.specs.p11_three_d_parallel import PEAK as P11_PEAK  # noqa: E402
+from grader.specs.p12_expert_parallel import routing as moe  # noqa: E402
+from grader.specs.p11_three_d_parallel import layout  # noqa: E402
+from grader.specs.p11_three_d_parallel.spec import PEAK as P11_PEAK  # noqa: E402
 from puzzles.sim import CostModel  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-# Generated from solutions/p18_recovery.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 16ac1f4cd9dd)
+# Generated from solutions/p18_recovery.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 5e129b5f1550)
 """Puzzle 18 — Recovery: a sharded checkpoint, a failure, an exact resume.
 
 The task: write `save_checkpoint(dist, fs, state)` and `load_checkpoint(dist, fs, state)` for a job of 4 ranks
@@ -30,7 +30,7 @@ checkpoints and, when a process dies, starting again from the last good one, oft
 quietly drifts from the one that never failed); it is whole (a job dies in the middle of a save as easily as
 anywhere else); and it is the newest one that is whole.
 
-The state (`state`, a TrainingState: grader/specs/recovery_training.py runs the step), per rank:
+The state (`state`, a TrainingState: grader/specs/p18_recovery/training.py runs the step), per rank:
 
     state.step          int     steps run so far (the loop saves after steps 2 and 4, and stops after 6)
     state.master        float32 [Ψ/N]  this rank's shard of the flat master weights, elements r·Ψ/N to

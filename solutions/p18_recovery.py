@@ -29,7 +29,7 @@ checkpoints and, when a process dies, starting again from the last good one, oft
 quietly drifts from the one that never failed); it is whole (a job dies in the middle of a save as easily as
 anywhere else); and it is the newest one that is whole.
 
-The state (`state`, a TrainingState: grader/specs/recovery_training.py runs the step), per rank:
+The state (`state`, a TrainingState: grader/specs/p18_recovery/training.py runs the step), per rank:
 
     state.step          int     steps run so far (the loop saves after steps 2 and 4, and stops after 6)
     state.master        float32 [Ψ/N]  this rank's shard of the flat master weights, elements r·Ψ/N to

@@ -94,9 +94,9 @@ def test_a_rank_already_in_the_graders_code_is_named_as_gone_ahead():
     """One side of two collectives that can never meet is the grader's own (a harness line): that rank returned
     from the learner's function without the collective the other still waits in."""
     cause = likely_cause(never_meet("p19_global_clipping.py:41: self.dist.all_reduce(squares)",
-                                    "[harness] clipping_harness.py:45: dist.all_reduce(summed, group=group)"), "")
+                                    "[harness] harness.py:45: dist.all_reduce(summed, group=group)"), "")
     assert "rank 3 has already left your code" in cause and "rank 3 returned early" in cause
-    swapped = likely_cause(never_meet("[harness] clipping_harness.py:45: dist.all_reduce(summed, group=group)",
+    swapped = likely_cause(never_meet("[harness] harness.py:45: dist.all_reduce(summed, group=group)",
                                       "p19_global_clipping.py:41: self.dist.all_reduce(squares)"), "")
     assert "rank 0 has already left your code" in swapped
 
@@ -122,7 +122,7 @@ def met_apart(diff: str) -> BaseException:
 BRANCHES = ("rank 1 called all_gather_into_tensor at p19_global_clipping.py:79: dist.all_gather_into_tensor(full, "
             "self.master, group=self.dp_group), rank 3 called reduce_scatter_tensor at p19_global_clipping.py:49: "
             "dist.reduce_scatter_tensor(g, flat, group=self.dp_group)")
-RETURNED = ("rank 1 passed tensor=float64[8, 32] (at [harness] clipping_harness.py:48: dist.all_reduce(summed, "
+RETURNED = ("rank 1 passed tensor=float64[8, 32] (at [harness] harness.py:48: dist.all_reduce(summed, "
             "group=group)), rank 0 passed tensor=float64[1] (at p19_global_clipping.py:60: dist.all_reduce(s, "
             "group=self.tp_group))")
 

@@ -2,7 +2,8 @@
 
     puzzles (the learner's files, model.py, sim.py and the simulator)   imports nothing of the grader
     grader.core      spec, checks, results, comparison, report          may import puzzles
-    grader.specs     one module per puzzle                              may import core and puzzles
+    grader.specs     one package per puzzle, and common/                may import core and puzzles
+    grader.predictor `grader predict`: a step at scale on meta tensors  may import core and puzzles
     grader.backends  the simulator's runner, real torch.distributed     may import specs, core and puzzles
     grader.frontends CLI, notebook, plots, build, batch, ...            may import everything below
 
@@ -25,8 +26,10 @@ ALLOWED = {
     "puzzles": {"puzzles"},
     "grader.core": {"puzzles", "grader.core"},
     "grader.specs": {"puzzles", "grader.core", "grader.specs"},
+    "grader.predictor": {"puzzles", "grader.core", "grader.predictor"},
     "grader.backends": {"puzzles", "grader.core", "grader.specs", "grader.backends"},
-    "grader.frontends": {"puzzles", "grader.core", "grader.specs", "grader.backends", "grader.frontends"},
+    "grader.frontends": {"puzzles", "grader.core", "grader.specs", "grader.predictor", "grader.backends",
+                         "grader.frontends"},
 }
 
 
@@ -161,7 +164,12 @@ def test_layers_import_one_way():
     assert not wrong, "imports against the layers (core <- specs <- backends <- frontends):\n" + "\n".join(wrong)
 
 
+SPEC_PACKAGES = sorted(p.name for p in (ROOT / "grader" / "specs").iterdir() if p.name[:1] == "p" and p.is_dir())
+
+
 @pytest.mark.parametrize("folder", ["puzzles", "puzzles/simulator", "grader", "grader/core", "grader/specs",
+                                    "grader/specs/common", "grader/predictor", *(f"grader/specs/{p}" for p in
+                                                                                  SPEC_PACKAGES),
                                     "grader/backends", "grader/backends/real", "grader/frontends",
                                     "grader/frontends/batch", "grader/frontends/reports", "grader/frontends/notebooks",
                                     "grader/frontends/mutate", "grader/frontends/plots"])
@@ -169,3 +177,21 @@ def test_each_folder_opens_with_a_map(folder):
     init = ROOT / folder / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text())) if init.exists() else None
     assert doc and len(doc.splitlines()) >= 3, f"{folder}/__init__.py should open with a map of what lives where"
+
+
+def test_each_puzzle_is_one_package_under_specs():
+    """One puzzle, one place: grader/specs/pN_<name>/ for every puzzle the solutions hold, no flat pN_*.py beside
+    them, and each package's SPEC is that puzzle's."""
+    from grader.specs import SPECS
+
+    specs = ROOT / "grader" / "specs"
+    flat = sorted(p.name for p in specs.glob("p*.py"))
+    assert not flat, f"a puzzle's spec is a package (grader/specs/pN_<name>/), not a flat module: {flat}"
+    solutions = sorted(p.stem for p in (ROOT / "solutions").glob("p*_*.py"))
+    assert SPEC_PACKAGES == sorted(solutions), (
+        f"packages under grader/specs/ {SPEC_PACKAGES} against solutions/ {solutions}")
+    ids = [name.split("_")[0] for name in SPEC_PACKAGES]
+    assert len(set(ids)) == len(ids), f"a puzzle id with two packages: {sorted(ids)}"
+    for name in SPEC_PACKAGES:
+        assert (specs / name / "spec.py").exists(), f"grader/specs/{name}/ has no spec.py"
+        assert SPECS[name.split("_")[0]].filename == f"{name}.py", name

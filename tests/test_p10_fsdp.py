@@ -9,8 +9,8 @@ from grader.backends.simulator import observe
 from grader.core.rules import sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import p10_fsdp as p10
-from grader.specs.gathered_weights import watched
+from grader.specs.p10_fsdp import spec as p10
+from grader.specs.p10_fsdp.gathered_weights import watched
 from puzzles import sim
 from puzzles.model import block
 

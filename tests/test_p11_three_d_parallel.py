@@ -23,9 +23,9 @@ from grader.core.rules import group_communication_check, off_group, sent_on_grou
 from grader.core.spec import Observation
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import three_d_layout as layout
-from grader.specs.costs import copy as copy_cost
-from grader.specs.three_d_groups import allowed_groups, groups_check, neighbours
+from grader.specs.p11_three_d_parallel import layout
+from grader.specs.common.costs import copy as copy_cost
+from grader.specs.p11_three_d_parallel.groups import allowed_groups, groups_check, neighbours
 from puzzles.sim import CostModel
 
 SPEC = SPECS["p11"]

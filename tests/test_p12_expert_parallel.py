@@ -19,8 +19,8 @@ from grader.core.grading import one_thread
 from grader.core.rules import sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import expert_routing as routing
-from grader.specs.p12_expert_parallel import bytes_of, compute_of, least_of
+from grader.specs.p12_expert_parallel import routing
+from grader.specs.p12_expert_parallel.spec import bytes_of, compute_of, least_of
 
 SPEC = SPECS["p12"]
 

@@ -12,10 +12,10 @@ from grader.backends.simulator import grade_file, observe
 from grader.core import report
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs.all_reduce_mistakes import sent_in
-from grader.specs.all_reduce_runs import (COST, RUNS, SHAPES, Run, comm_by_run, crossover_bytes, held_beyond,
-                                          run_makespan, runs_of)
-from grader.specs.sub_world import sub_world
+from grader.specs.p13_collectives.mistakes import sent_in
+from grader.specs.p13_collectives.runs import (COST, RUNS, SHAPES, Run, comm_by_run, crossover_bytes, held_beyond,
+                                               run_makespan, runs_of)
+from grader.specs.p13_collectives.sub_world import sub_world
 from puzzles import sim
 
 SPEC = SPECS["p13"]

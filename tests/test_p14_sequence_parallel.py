@@ -14,9 +14,9 @@ from grader.core.grading import one_thread
 from grader.core.rules import flops, product_flops, sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import sequence_parallel_costs as costs
-from grader.specs import sequence_parallel_mistakes as mistakes
-from grader.specs.sequence_parallel_model import E, L, N, rank_slice
+from grader.specs.p14_sequence_parallel import costs
+from grader.specs.p14_sequence_parallel import mistakes
+from grader.specs.p14_sequence_parallel.layout import E, L, N, rank_slice
 
 SPEC = SPECS["p14"]
 TESTS = Path(__file__).parent

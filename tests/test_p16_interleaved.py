@@ -20,12 +20,12 @@ from grader.backends.simulator import observe_module
 from grader.core.rules import sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs.costs import copy as copy_cost
-from grader.specs.interleaved_layout import (CHUNK_ACT, CHUNK_BACKWARD, CHUNK_FORWARD, COST, LOSS_BACKWARD,
-                                             LOSS_FORWARD, MESSAGE, WORK, B, D, H, M, MB, P, V, forward_unit,
-                                             messages_sent, most_in_flight)
-from grader.specs.p16_interleaved import BOUND, WEIGHTS
-from grader.specs.pipeline_values import BACKWARD, FORWARD
+from grader.specs.common.costs import copy as copy_cost
+from grader.specs.p16_interleaved.layout import (CHUNK_ACT, CHUNK_BACKWARD, CHUNK_FORWARD, COST, LOSS_BACKWARD,
+                                                 LOSS_FORWARD, MESSAGE, WORK, B, D, H, M, MB, P, V, forward_unit,
+                                                 messages_sent, most_in_flight)
+from grader.specs.p16_interleaved.spec import BOUND, WEIGHTS
+from grader.specs.common.pipeline_values import BACKWARD, FORWARD
 from puzzles.sim import CostModel
 
 REFERENCE = REPO / "solutions" / "p16_interleaved.py"

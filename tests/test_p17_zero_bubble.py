@@ -21,12 +21,12 @@ from grader.backends.simulator import grade_file, observe_module
 from grader.frontends.targets import REPO
 from grader.frontends.timeline import schedule_text
 from grader.specs import SPECS
-from grader.specs.costs import copy as copy_cost
-from grader.specs.p17_zero_bubble import MEMORY, static_bytes
-from grader.specs.p6_one_f_one_b import ACT, WORKSPACE
-from grader.specs.pipeline_values import BACKWARD, COST, FORWARD, LOSS_BACKWARD, LOSS_FORWARD, B, D, H, M, MB, P
-from grader.specs.zero_bubble_costs import (B_COST, F_COST, LAST_B, LAST_F, LAST_W, ONE_F_ONE_B_IDLE, SLACK,
-                                            STAGE_WORK, W_COST, ZB_IDLE)
+from grader.specs.common.costs import copy as copy_cost
+from grader.specs.p17_zero_bubble.spec import MEMORY, static_bytes
+from grader.specs.p6_one_f_one_b.spec import ACT, WORKSPACE
+from grader.specs.common.pipeline_values import BACKWARD, COST, FORWARD, LOSS_BACKWARD, LOSS_FORWARD, B, D, H, M, MB, P
+from grader.specs.p17_zero_bubble.costs import (B_COST, F_COST, LAST_B, LAST_F, LAST_W, ONE_F_ONE_B_IDLE, SLACK,
+                                                STAGE_WORK, W_COST, ZB_IDLE)
 from puzzles.sim import CostModel
 
 REFERENCE = REPO / "solutions" / "p17_zero_bubble.py"

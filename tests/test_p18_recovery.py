@@ -15,9 +15,9 @@ from grader.backends.learner_code import load_module
 from grader.core.grading import one_thread
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import p18_recovery as p18
-from grader.specs import recovery_job as jobs
-from grader.specs import recovery_training as training
+from grader.specs.p18_recovery import spec as p18
+from grader.specs.p18_recovery import job as jobs
+from grader.specs.p18_recovery import training
 from puzzles.simulator.filesystem import DISK
 
 SPEC = SPECS["p18"]

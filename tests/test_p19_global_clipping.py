@@ -17,8 +17,8 @@ from grader.core.result import FAIL
 from grader.core.rules import sent
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import clipping_layout as lay
-from grader.specs import p19_global_clipping as p19
+from grader.specs.p19_global_clipping import layout as lay
+from grader.specs.p19_global_clipping import spec as p19
 
 SPEC = SPECS["p19"]
 TOL = 1e-8

@@ -11,7 +11,7 @@ from grader.backends.simulator import grade_file, observe
 from grader.core.result import FAIL, PASS
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import tensor_parallel_mistakes as p4
+from grader.specs.p4_tensor_parallel import mistakes as p4
 
 SPEC = SPECS["p4"]
 

@@ -17,10 +17,10 @@ from grader.backends.simulator import observe_module
 from grader.core.spec import Observation
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs.costs import copy as copy_cost
-from grader.specs.pipeline_values import (BACKWARD, COST, FORWARD, LOSS_BACKWARD, LOSS_FORWARD, STAGE_WORK, D,
-                                          MB, M, P)
-from grader.specs.p6_one_f_one_b import ACT, WEIGHTS, B
+from grader.specs.common.costs import copy as copy_cost
+from grader.specs.common.pipeline_values import (BACKWARD, COST, FORWARD, LOSS_BACKWARD, LOSS_FORWARD, STAGE_WORK, D,
+                                                 MB, M, P)
+from grader.specs.p6_one_f_one_b.spec import ACT, WEIGHTS, B
 from puzzles.sim import CostModel
 
 ROOT = REPO

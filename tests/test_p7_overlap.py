@@ -9,8 +9,8 @@ from grader.backends.simulator import observe
 from grader.core.result import PASS
 from grader.frontends.targets import REPO, grade_target
 from grader.specs import SPECS
-from grader.specs import p7_overlap as p7
-from grader.specs.costs import elementwise
+from grader.specs.p7_overlap import spec as p7
+from grader.specs.common.costs import elementwise
 
 SPEC = SPECS["p7"]
 

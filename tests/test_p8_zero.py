@@ -9,7 +9,7 @@ from grader.core.compare import REL_TOL
 from grader.backends.simulator import observe
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import p8_zero as p8
+from grader.specs.p8_zero import spec as p8
 
 SPEC = SPECS["p8"]
 

@@ -11,9 +11,9 @@ from grader.backends.simulator import observe
 from grader.frontends.notebooks.file import build_notebook
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
-from grader.specs import mixed_precision_serial as serial
-from grader.specs import p9_mixed_precision as p9
-from grader.specs.optimizer_state import changes, snapshot, state_tensors
+from grader.specs.p9_mixed_precision import serial
+from grader.specs.p9_mixed_precision import spec as p9
+from grader.specs.common.optimizer_state import changes, snapshot, state_tensors
 from puzzles.model import forward, loss_fn
 
 SPEC = SPECS["p9"]

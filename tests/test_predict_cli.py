@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.backends.scale.runner import predict
+from grader.predictor.runner import predict
 from grader.frontends import cli
-from grader.frontends.predict import coarse_events, config_from_args
-from grader.frontends.predict_answers import learner_ops
+from grader.frontends.predict import config_from_args
+from grader.predictor.report import coarse_events
+from grader.predictor.answers import learner_ops
 from grader.frontends.targets import REPO
-from grader.specs.scale.presets import megatron
+from grader.predictor.presets import megatron
 
 SMALL = ["--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "64", "--vocab", "256", "--tensor", "2",
          "--pipeline", "2", "--microbatch", "1", "--global-batch", "4"]

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.backends.scale.fast_meta import MEMOIZED, remembered_meta_kernels
-from grader.backends.scale.runner import line_points, placement, predict, predict_by_line
-from grader.specs.scale import formulas
-from grader.specs.scale.config import Config, Model, Parallel
-from grader.specs.scale.presets import megatron, presets
-from grader.specs.scale.schedule import order
-from puzzles.simulator.cluster import DGX_A100, Cluster, ClusterCostModel, Link, Placement
+from grader.predictor.fast_meta import MEMOIZED, remembered_meta_kernels
+from grader.predictor.runner import line_points, placement, predict, predict_by_line
+from grader.predictor import formulas
+from grader.predictor.config import Config, Model, Parallel
+from grader.predictor.presets import megatron, presets
+from grader.predictor.schedule import order
+from grader.predictor.cluster import DGX_A100, Cluster, ClusterCostModel, Link, Placement
 from puzzles.simulator.cost import PUZZLE_GPU, DeviceProfile, Efficiency
-from puzzles.simulator.devices import A100_80GB, A100_80GB_CALCULON, A100_MATRIX_FRACTION
+from grader.predictor.devices import A100_80GB, A100_80GB_CALCULON, A100_MATRIX_FRACTION
 from puzzles.simulator.op_costs import PRODUCTS, OpCost
 
 
@@ -113,8 +113,8 @@ def test_remembered_meta_kernels_change_nothing_but_the_time_they_take():
     cfg = tiny(layers=2, tensor=2, pipeline=2, virtual=1, microbatch=B, global_batch=B * 2, sequence_parallel=True,
                recompute="selective", dropout=0.1)
     from puzzles import sim
-    from grader.backends.scale.runner import cost_model
-    from grader.specs.scale.step import gpt_step
+    from grader.predictor.runner import cost_model
+    from grader.predictor.step import gpt_step
 
     runs = []
     for remember in (False, True):
@@ -163,9 +163,9 @@ def test_the_first_run_of_a_process_holds_what_later_runs_hold():
     import subprocess
     import sys
 
-    code = ("from grader.backends.scale.runner import predict\n"
-            "from grader.specs.scale.presets import megatron\n"
-            "from grader.specs.scale.presets import torchtitan_llama8b\n"
+    code = ("from grader.predictor.runner import predict\n"
+            "from grader.predictor.presets import megatron\n"
+            "from grader.predictor.presets import torchtitan_llama8b\n"
             "cfgs = [torchtitan_llama8b().but(layers=2, seq=512),\n"
             "        megatron('22B', 'seqsel').but(layers=2, global_batch=4)]\n"
             "print([[predict(cfg).memory for _ in range(2)] for cfg in cfgs])")

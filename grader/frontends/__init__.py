@@ -1,4 +1,4 @@
-"""What people use. May import every layer below (backends/, specs/, core/); nothing imports a front end.
+"""What people use. May import every layer below (backends/, specs/, predictor/, core/); nothing imports a front end.
 
     cli.py            `python -m grader [check|build|batch|mutate|gradescope|release|predict]`
     targets.py        what to grade (a folder like puzzles/, one puzzle file, a notebook) and on which backend
@@ -16,6 +16,9 @@
                       instructor's only: it never ships (shipping.py)
     launch.py         torchrun's entry point (public as grader.launch)
     predict.py        `predict`: a training step at a published size (Megatron-LM's GPT, torchtitan's Llama) on
-                      meta tensors, on a cluster of real GPUs; predict_answers.py: the learner's operators in it
+                      meta tensors, on a cluster of real GPUs: the command line of grader/predictor/
+    at_scale.py       the notebook's section at scale: the learner's p11 and p14 operators in GPT-3 175B's step
     plots/            memory timelines and schedules (matplotlib, no pyplot)
+    timeline.py       a run's timeline as Chrome trace-event JSON (--trace) and as a text grid (--schedule)
+    progress.py       the progress line with the time left that batch and mutate draw at a terminal
 """

@@ -1,5 +1,5 @@
 """The notebook's section after Part III: the learner's own puzzle-11 and puzzle-14 answers inside GPT-3 175B's
-training step, on meta tensors (backends/scale), in seconds rather than minutes.
+training step, on meta tensors (grader/predictor/), in seconds rather than minutes.
 
     at_scale(globals())     # in the notebook: the answers are the cells' functions
     at_scale(folder=path)   # a folder of puzzle files
@@ -16,16 +16,16 @@ Two runs, each cut to what a notebook cell can wait for:
           default group, so the run must be one stage and every rank simulated.
 
 Where an answer is not written or fails its check on two ranks, the reference's operators run and the note says
-so (predict_answers.py).
+so (grader/predictor/answers.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..backends.scale.runner import Prediction, predict
-from ..specs.scale.presets import megatron
-from .predict_answers import learner_ops
+from ..predictor.answers import learner_ops
+from ..predictor.presets import megatron
+from ..predictor.runner import Prediction, predict
 
 
 def three_d_config():
@@ -53,7 +53,7 @@ def at_scale(namespace: dict | None = None, folder: Path | None = None, plots: b
     show the 3-D run's memory and schedule."""
     import torch
 
-    from .predict import as_result, report
+    from ..predictor.report import as_result, report
 
     try:
         runs = run_at_scale(namespace, folder)

@@ -161,7 +161,7 @@ inside a node, InfiniBand between nodes). Your puzzle 11's `CopyToTPGroup` and `
 product of a 3-D run (8-way tensor x 8 pipeline stages, 8 microbatches, no recomputation: see the first stage's
 memory against the GPU's 80 GB); your puzzle 14's operators run the sequence-parallel layers of one pipeline
 stage (12 layers) on all 8 of its GPUs, because they work on the default group. The model, the schedule and the
-optimizer around them are the reference's (grader/specs/scale/); an operator that is not written, or that gets
+optimizer around them are the reference's (grader/predictor/); an operator that is not written, or that gets
 two ranks wrong, is replaced by the reference's and the report says so. `python -m grader predict` runs any
 configuration from a terminal, and bench/SCALE.md holds the predictions against the published step times.
 
