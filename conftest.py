@@ -18,7 +18,22 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     seed = config.getoption("--seed")
-    config.grading_seed = seed if seed is not None else secrets.randbelow(1_000_000)
+    worker = getattr(config, "workerinput", None)  # a pytest-xdist worker: the controller chose the seed
+    if worker is not None and "grading_seed" in worker:
+        config.grading_seed = worker["grading_seed"]
+    else:
+        config.grading_seed = seed if seed is not None else secrets.randbelow(1_000_000)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_SameSeedOnEveryWorker(), "training-puzzles-seed")
+
+
+class _SameSeedOnEveryWorker:
+    """With pytest-xdist (`pytest tests` runs on every core), each worker grades with the seed the controller
+    printed in its header. A class registered only when xdist is there: its hook is xdist's."""
+
+    @staticmethod
+    def pytest_configure_node(node):
+        node.workerinput["grading_seed"] = node.config.grading_seed
 
 
 def pytest_report_header(config):

@@ -30,6 +30,7 @@ import sys
 import threading
 import types
 
+from ..core.grading import no_cyclic_gc
 from ..core.result import TAMPERED, PuzzleResult
 from .process_state import ProcessState
 
@@ -235,6 +236,10 @@ class Fingerprint:
     (process_state.py; its kernels only `with_kernels`, the look after a run)."""
 
     def __init__(self, extra=(), with_kernels: bool = False, force_kernels: bool = False):
+        with no_cyclic_gc():  # tens of thousands of small objects, no cycle: a collection here walked the heap
+            self._take(extra, with_kernels, force_kernels)
+
+    def _take(self, extra, with_kernels: bool, force_kernels: bool) -> None:
         self.modules: dict[str, tuple] = {}
         for name in _watched_names(extra):
             module = sys.modules.get(name)
@@ -260,6 +265,10 @@ class Fingerprint:
 
     def changes(self, later: Fingerprint) -> list[str]:
         """What differs in `later`, in words ('grader.core.compare.REL_TOL was rebound to another object')."""
+        with no_cyclic_gc():
+            return self._changes(later)
+
+    def _changes(self, later: Fingerprint) -> list[str]:
         out = [*self.found, *self.state.changes(later.state)]
         for name, (module, attrs) in self.modules.items():
             if name not in later.modules or later.modules[name][0] is not module:
