@@ -5,6 +5,10 @@ in the checkout's top-level conftest.py, so that plain `pytest` knows them.)
 `-n auto --dist loadgroup`, unless -n or --dist is given (`-n 0` runs in one process). A file whose tests share an
 expensive module-scoped fixture marks itself `pytest.mark.xdist_group(...)`, so that one worker computes it once.
 Naming files or tests (`pytest tests/test_cli.py`) runs in one process, as before.
+
+Tests marked `slow` are the whole of an inherently long check whose fast representative runs by default (the
+mutation kill rate of every puzzle, gloo parity of every puzzle, ...): `pytest tests` leaves them out, `pytest tests
+-m slow` runs them (CI runs both: .ci/run), and any `-m` expression decides for itself.
 """
 
 from pathlib import Path
@@ -27,6 +31,16 @@ def pytest_cmdline_main(config):
             config.option.collectonly or config.getoption("usepdb", False)):
         config.option.numprocesses = "auto"
         config.option.dist = "loadgroup"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without -m, the slow tests are left out (deselected, and counted as such in the summary)."""
+    if config.option.markexpr:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 def pytest_collection_finish(session):

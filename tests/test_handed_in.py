@@ -18,6 +18,8 @@ from grader.frontends.notebooks.file import build_notebook
 from grader.frontends.reports import class_report, gradescope
 from grader.frontends.targets import REPO
 
+pytestmark = pytest.mark.xdist_group("handed_in")  # one xdist worker: its module-scoped class and batch run
+
 P3 = "p3_data_parallel.py"
 
 
