@@ -34,18 +34,14 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-_SETTLED = False
-
-
 def settle_imports() -> None:
     """Put what the imports made (torch's and the grader's objects, about 200,000) out of the cyclic garbage
     collector's reach, once per process, before the first grading. None of it is garbage, yet every full collection
     walked all of it: measured on 2 cores, grading p3, p5, p13 and p19 took 8.9 s, and 3.5 s once settled. The
     batch's zygote does the same before it forks (frontends/batch/zygote.py). What is made later is collected as
-    usual; the simulator turns the collector off during a run anyway (frees by reference counting only)."""
-    global _SETTLED
-    if not _SETTLED:
-        _SETTLED = True
+    usual; the simulator turns the collector off during a run anyway (frees by reference counting only). Once is
+    read off the collector itself (a module flag would be state the tamper fingerprint watches)."""
+    if gc.get_freeze_count() == 0:
         gc.collect()
         gc.freeze()
 
