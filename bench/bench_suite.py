@@ -3,6 +3,7 @@
     python bench/bench_suite.py                        # runs `pytest tests` with --junitxml, then prints the table
     python bench/bench_suite.py -- -m slow             # the slow step instead (anything after -- goes to pytest)
     python bench/bench_suite.py --read run.xml         # the table of a run made before
+    python bench/bench_suite.py --keep run.xml         # keep the run's JUnit XML (each test's time)
 
 The table gives, per test file, the seconds its tests took (setup, call and teardown, summed over the tests: with
 pytest-xdist the workers run in parallel, so the sum is more than the wall time), how many tests ran, and its
@@ -36,6 +37,13 @@ def per_file(xml_path: Path) -> dict[str, tuple[float, int]]:
     return {name: (seconds[name], count[name]) for name in seconds}
 
 
+def slowest(xml_path: Path, n: int) -> str:
+    """The n slowest tests, as `seconds  file::test`."""
+    cases = [(float(c.get("time") or 0), f"{c.get('classname', '').split('.')[-1]}::{c.get('name')}")
+             for c in ET.parse(xml_path).iter("testcase")]
+    return "\n".join(f"{s:8.1f} s  {name}" for s, name in sorted(cases, reverse=True)[:n])
+
+
 def table(rows: dict[str, tuple[float, int]], top: int = 0) -> str:
     total = sum(s for s, _ in rows.values()) or 1.0
     ordered = sorted(rows.items(), key=lambda kv: -kv[1][0])
@@ -55,13 +63,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--read", metavar="XML", help="a JUnit XML file from an earlier run (no new run)")
     parser.add_argument("--top", type=int, default=0, help="the N slowest files, the rest summed in one row")
+    parser.add_argument("--keep", metavar="XML", help="keep the run's JUnit XML here (its per-test times)")
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest (default: tests)")
+    parser.add_argument("--tests", type=int, default=0, metavar="N", help="with --read: also the N slowest tests")
     args = parser.parse_args(argv)
     if args.read:
         print(table(per_file(Path(args.read)), args.top))
+        if args.tests:
+            print("\n" + slowest(Path(args.read), args.tests))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "run.xml"
+        xml = Path(args.keep).resolve() if args.keep else Path(tmp) / "run.xml"
         command = [sys.executable, "-m", "pytest", *(args.pytest_args or ["tests"]), "-q", "-p", "no:cacheprovider",
                    f"--junitxml={xml}"]
         load = os.getloadavg()[0]
