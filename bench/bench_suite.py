@@ -8,13 +8,15 @@
 The table gives, per test file, the seconds its tests took (setup, call and teardown, summed over the tests: with
 pytest-xdist the workers run in parallel, so the sum is more than the wall time), how many tests ran, and its
 share of the sum. The wall time of the run and the machine's load before and after it are printed under the
-table, since a shared machine's figures mean little without them. docs/development.md records the tables.
+table, with the CPU time of every process of the run (less at the mercy of other work than wall time), since a shared
+machine's figures mean little without them. docs/development.md records the tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,12 @@ def table(rows: dict[str, tuple[float, int]], top: int = 0) -> str:
     return "\n".join(lines)
 
 
+def _children_cpu() -> float:
+    """CPU seconds of the finished children (and theirs): less at the mercy of a shared machine than wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--read", metavar="XML", help="a JUnit XML file from an earlier run (no new run)")
@@ -77,12 +85,13 @@ def main(argv=None) -> int:
         command = [sys.executable, "-m", "pytest", *(args.pytest_args or ["tests"]), "-q", "-p", "no:cacheprovider",
                    f"--junitxml={xml}"]
         load = os.getloadavg()[0]
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), _children_cpu()
         status = subprocess.run(command, cwd=ROOT).returncode
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, _children_cpu() - cpu_before
         print(table(per_file(xml), args.top))
-    print(f"\n`{' '.join(['pytest', *command[3:-1]])}`: exit status {status}, {wall / 60:.1f} min wall; load average "
-          f"{load:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores)")
+    print(f"\n`{' '.join(['pytest', *command[3:-1]])}`: exit status {status}, {wall / 60:.1f} min wall, "
+          f"{cpu / 60:.1f} min of CPU (user + system, every process of the run); load average {load:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores)")
     return status
 
 
