@@ -240,6 +240,7 @@ def _place(clocks: list[RankClock], op: QueuedOp, start: int) -> None:
             c.free[lane] = end
         c.comm = max(c.comm, end)
         c.events.append(Event(e.rank, "comm", start=start, end=end, issued=e.issued, **e.event))
+        e.work._start = start  # Part IV: the flight recorder's time_started
         e.work._finish(end)
     for e in op.entries:  # placed: drop the links between the entries and their op (a reference cycle)
         e.op = e.work = None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import watchdog
 from .clock import Queued, QueuedOp, phase, place_out_of_order, place_ready
 from .collectives import _Call, _Collective, _P2P
 from .deadlock import _doing, _lines
@@ -82,6 +83,7 @@ class _Matching:
         call.work = work
         if call.name != "new_group":  # bookkeeping, not traffic: it takes no place in the queue
             call.queued = self._issue(me, work, ("send", "recv"))
+            watchdog.on_issue(self, me, work, group, call=call)  # Part IV: its timeout, the flight recorder
         coll.calls[me.rank] = call
         if async_op:
             self._mark_inflight(me, work, call.reads, call.writes, call.name)
@@ -108,6 +110,7 @@ class _Matching:
             f"ranks met in {coll.where()} with different arguments: {diff}. Every rank of the group must make the "
             f"same collective call with tensors of the same shape and dtype (torch.distributed would hang or "
             f"silently compute garbage here).")
+        watchdog.on_mismatch(self, call, coll.group)  # Part IV: the flight recorder keeps the call that parted
         with self._mutex:
             self._fail_locked(error)
         raise _Abort
@@ -223,6 +226,7 @@ class _Matching:
         work._describe = lambda: p.describe() + _doing(p.phase, me)
         p.queued = self._issue(me, work, (kind,))
         p.label = me.labels[-1] if me.labels else ""
+        watchdog.on_issue(self, me, work, group, p2p=p)  # Part IV: its timeout, the flight recorder
         if kind == "send":
             match = next((r for r in self.recvs if r.accepts(p)), None)
             pair = (p, match)

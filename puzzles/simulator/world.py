@@ -26,7 +26,7 @@ import time
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from . import guards
+from . import guards, watchdog
 from .clock import CostModel, RankClock
 from .collectives import _Collective, _P2P
 from .deadlock import _Diagnosis
@@ -85,6 +85,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files, harness_files)
         self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
+        self.collective_timeout: int | None = None  # Part IV (watchdog.py): ticks a call may take, None: forever
+        self.flight = None  # Part IV: the flight recorder (flight_recorder.py), when sim.run turns it on
         for r in self.ranks:
             r.site = self.sites.here
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
@@ -326,9 +328,9 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             if gc_was_enabled:
                 gc.enable()
         if self.rank_errors:
-            raise self._rank_error()
+            raise watchdog.on_error(self, self._rank_error())  # Part IV: the error carries the flight recorder
         if self.error is not None:
-            error = self.error
+            error = watchdog.on_error(self, self.error)
             if self.failed_rank is not None:
                 _note(error, f"(raised on rank {self.failed_rank} of {self.size}; the other ranks were stopped)")
                 try:
