@@ -86,13 +86,15 @@ def test_the_ring_buffer_keeps_the_last_records_and_the_analysis_reads_what_ever
 
 
 def test_a_group_records_its_own_sequence_numbers_and_timeout():
+    """In a run with a collective timeout, a group made with a timeout of its own times out by it; in a run
+    without one, a hang is named at once whatever timeout a group was made with (tests/corpus/errors.py)."""
     def on_a_group(dist):
         pair = dist.new_group([0, 1], timeout=datetime.timedelta(microseconds=5))
         if dist.get_rank() == 0:
             dist.all_reduce(torch.ones(2), group=pair)
         return None
 
-    error = run_expecting(sim.CollectiveTimeoutError, on_a_group, n=2, trace_buffer_size=8)
+    error = run_expecting(sim.CollectiveTimeoutError, on_a_group, n=2, collective_timeout=10**9)
     assert "Timeout(ticks)=5000" in str(error) and "[Rank 0]" in str(error)
     record = error.flight_recorder.ranks[0][-1]
     assert record["process_group"] == ("1", "undefined") and record["collective_seq_id"] == 1
@@ -193,5 +195,8 @@ def test_the_records_are_gloos_and_gloo_times_out_on_the_ranks_the_watchdog_name
         gloo = [_identity(e) for e in on_gloo[rank]["entries"] if e["process_group"][1] == "default_pg"]
         assert gloo == [_identity(e) for e in dump.ranks[rank]], f"rank {rank}"
         assert {e["state"] for e in on_gloo[rank]["entries"]} <= {"scheduled"}  # gloo tracks no progress
-    raised = [r for r in range(4) if "Timed out" in outcome.payloads[r]["result"]["error"]]
-    assert raised == timed_out
+    # gloo raises on every rank that waits: its own timeout on the first whose timer fires, and either that or a
+    # closed connection on the others (whichever comes first there depends on the machine's timing)
+    errors = [outcome.payloads[r]["result"]["error"] for r in range(4)]
+    assert [r for r in range(4) if errors[r]] == timed_out, errors
+    assert not timed_out or any("Timed out" in e for e in errors), errors

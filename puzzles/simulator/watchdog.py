@@ -1,7 +1,7 @@
 """Collective timeouts: NCCL's watchdog, on the simulated clock.
 
-`sim.run(..., collective_timeout=T)` is `init_process_group(timeout=T)` (and `dist.new_group(..., timeout=T)` a
-group's own): T ticks, or a timedelta (a tick is a nanosecond, so NCCL's default of ten minutes is 600e9 ticks).
+`sim.run(..., collective_timeout=T)` is `init_process_group(timeout=T)` (and, in such a run, `dist.new_group(...,
+timeout=T)` a group's own): T ticks, or a timedelta (a tick is a nanosecond, so NCCL's default of ten minutes is 600e9 ticks).
 A communication call times out when it has not completed T ticks after its rank issued it, and then, as on a job
 whose NCCL watchdog fires, the run fails with CollectiveTimeoutError:
 
@@ -82,7 +82,10 @@ def on_mismatch(world, call, group) -> None:
 
 
 def timeout_of(world, group) -> int | None:
-    """A group's timeout in ticks: its own (new_group's timeout=), else the run's (None: none)."""
+    """A group's timeout in ticks: its own (new_group's timeout=), else the run's; None in a run without a
+    collective timeout (there the simulator names a hang at once, whatever timeout a group was made with)."""
+    if world.collective_timeout is None:
+        return None
     own = getattr(group, "timeout", None)
     return own if own is not None else world.collective_timeout
 
@@ -109,7 +112,7 @@ def on_wait(world, me, work) -> None:
 def timed_out(world, error: SimError) -> SimError:
     """The run is stuck (`error` says why). With a collective timeout, that is a watchdog timeout on every rank
     that waits: the error names each one's call and when it fired, then the flight recorder's analysis."""
-    if world.collective_timeout is None and not any(getattr(g, "timeout", None) for g in world.groups):
+    if world.collective_timeout is None:
         return error
     lines = []
     for r in world.ranks:
