@@ -24,6 +24,7 @@ its op is placed, and moves the compute stream to the op's end: that is how over
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -135,6 +136,8 @@ def charge_compute(clock: RankClock, rank: int, cost_model: CostModel, cost: OpC
     if kind == "forward" and where.startswith("[harness]"):
         return 0
     ticks = cost_model.compute_ticks(cost, op_dtype(out))
+    if getattr(cost_model, "slow_ranks", ()):  # Part IV: a straggler's device takes k times as long (cost.py)
+        ticks = math.ceil(ticks * cost_model.slowdown(rank))
     clock.run_compute(rank, ticks, cost, kind, labels[-1] if labels else "", func.overloadpacket.__name__, where)
     return cost.flops
 
