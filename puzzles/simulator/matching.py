@@ -69,6 +69,8 @@ class _Matching:
                 self._check_access(me, t, True, call.name)
         seq = me.seq.get(group.id, 0)
         me.seq[group.id] = seq + 1
+        if me.host is not None:  # Part IV: the host issues the call (host.py)
+            me.host.launch(me.clock)
         call.rank, call.issued, call.site = me.rank, me.clock.compute, self.site()
         call.phase, call.callers = phase(), self.sites.callers()
         call.label = me.labels[-1] if me.labels else ""
@@ -221,6 +223,8 @@ class _Matching:
             self._check_access(me, tensor, kind == "recv", kind)
         site = self.site()
         me.last_site = site
+        if me.host is not None:  # Part IV: the host issues the call (host.py)
+            me.host.launch(me.clock)
         work = Work(self, me.rank, kind, site)
         p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), self.sites.callers())
         work._describe = lambda: p.describe() + _doing(p.phase, me)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import guards
+from . import guards, host
 from .clock import FREE, charge_compute, follow_labels, op_cost
 from .memory import AT_IMPORT
 from .types import IsolationError, _Abort
@@ -102,6 +102,10 @@ class _RankMode(TorchDispatchMode):
             for st in guards.storages_of(t, me):
                 world.storage.see(st, me.rank, world.sites.allocation_site)
         cost = op_cost(func, args, kwargs, out)
+        if me.host is not None:  # Part IV: the host launches the op, ahead of the device (host.py)
+            host.on_op(me, world, func, cost is not FREE)
         if cost is not FREE:
             me.flops += charge_compute(me.clock, me.rank, world.cost, cost, func, out, me.labels, world.sites.here)
+        if me.host is not None:  # Part IV: an op whose result the host must see is a sync
+            host.after_op(me, world, func, args, kwargs)
         return out

@@ -26,7 +26,7 @@ import time
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from . import guards, watchdog
+from . import guards, host, watchdog
 from .clock import CostModel, RankClock
 from .collectives import _Collective, _P2P
 from .deadlock import _Diagnosis
@@ -70,6 +70,7 @@ class _RankState:
         self.items_read = 0  # numbers read out of tensors one at a time (guards.py)
         self.last_site = ""
         self.site = lambda: "?"  # the learner's line now (set by World: SiteFinder.here)
+        self.host = None  # Part IV: the rank's host timeline (host.py), when the run has one
 
 
 class World(_Matching, _Handles, _Diagnosis, _Failures):
@@ -87,6 +88,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
         self.collective_timeout: int | None = None  # Part IV (watchdog.py): ticks a call may take, None: forever
         self.flight = None  # Part IV: the flight recorder (flight_recorder.py), when sim.run turns it on
+        self.host_profile = None  # Part IV: the ranks' host (host.py), when sim.run gives them one
         for r in self.ranks:
             r.site = self.sites.here
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
@@ -308,6 +310,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         gc_was_enabled = gc.isenabled()
         gc.disable()  # frees by reference counting only, so the ledger is the same on every run
         guards.install(self.guard_caller)
+        if self.host_profile is not None:  # Part IV: the tensor methods that copy data to the host are syncs
+            host.install()
         try:
             for r in self.ranks:
                 torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
@@ -322,6 +326,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             self._supervise()
         finally:
             self.ended = True
+            if self.host_profile is not None:
+                host.uninstall()
             guards.uninstall(self.guard_caller)
             torch.set_rng_state(main_rng)
             torch.set_num_threads(main_threads)
