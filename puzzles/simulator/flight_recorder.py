@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .fr_analysis import Analysis, analyze, describe_entry
+
 DEFAULT_BUFFER = 2000  # torch's usual TORCH_FR_BUFFER_SIZE when the flight recorder is turned on
 
 # torch's names for dtypes in a flight recorder record (c10's ScalarType names)
@@ -136,10 +138,8 @@ class FlightRecorderDump:
     groups: dict = field(default_factory=dict)
     buffer_size: int = DEFAULT_BUFFER
 
-    def analyze(self):
+    def analyze(self) -> Analysis:
         """What torch's fr_trace would say: the first collective at which the ranks part (fr_analysis.py)."""
-        from .fr_analysis import analyze
-
         return analyze(self)
 
     def table(self, rank: int, last: int = 8) -> str:
@@ -161,20 +161,3 @@ class FlightRecorderDump:
     def from_json(cls, text: str) -> FlightRecorderDump:
         data = json.loads(text)
         return cls(data["ranks"], data["groups"], data.get("buffer_size", DEFAULT_BUFFER))
-
-
-def op_name(entry: dict) -> str:
-    """'all_reduce', 'send 0->1': the profiling name without its backend."""
-    return entry["profiling_name"].split(":", 1)[-1]
-
-
-def describe_entry(e: dict) -> str:
-    """'#7 all_reduce Double[16640] on 0:default_pg, completed (ticks 1,200-1,450), at p20.py:44 [step 3]'"""
-    seq = f"p2p #{e['p2p_seq_id']}" if e["is_p2p"] else f"#{e['collective_seq_id']}"
-    sizes = ", ".join(f"{d}{s}" for d, s in zip(e["input_dtypes"], e["input_sizes"])) or "nothing"
-    group = ":".join(e["process_group"])
-    when = (f" (ticks {e['time_started']:,}-{e['time_completed']:,})" if e["state"] == "completed"
-            else f" (issued at tick {e['time_created']:,})")
-    where = f", at {e['frames'][0]}" if e["frames"] and e["frames"][0] else ""
-    label = f" [{e['label']}]" if e["label"] else ""
-    return f"{seq} {op_name(e)} {sizes} on {group}, {e['state']}{when}{where}{label}"

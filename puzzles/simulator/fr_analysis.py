@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .flight_recorder import describe_entry, op_name
 
 NOT_ALL_JOINED = "not all ranks joining collective"
 TYPE, SIZE, DTYPE, STATE = ("COLLECTIVE_TYPE_MISMATCH", "SIZE_OR_SYNTAX_MISMATCH", "COLLECTIVE_DTYPE_MISMATCH",
@@ -52,7 +51,7 @@ class Finding:
         for rank in sorted(self.entries):
             lines.append(f"    rank {rank}: {describe_entry(self.entries[rank])}")
         if self.missing:
-            lines.append(f"    missing ranks: {self.missing} (they never made collective #{self.seq} on this group)")
+            lines.append(f"    missing ranks: {self.missing} (they had not made collective #{self.seq} on this group)")
             for rank in self.missing:
                 last = self.last_of_missing.get(rank)
                 lines.append(f"    rank {rank}'s last record on the group: "
@@ -79,8 +78,9 @@ class Analysis:
         if not self.findings:
             return (f"flight recorder: the {self.ranks} ranks' records agree on every collective they hold (no "
                     f"errors found; something else made the job wait)")
-        return "flight recorder analysis (what torch's fr_trace reports):\n  " + "\n  ".join(
-            f.text() for f in self.findings)
+        return ("flight recorder analysis (what torch's fr_trace reports; sequence numbers count from 1):\n  "
+                + "\n  ".join(
+            f.text() for f in self.findings))
 
 
 def analyze(dump) -> Analysis:
@@ -111,20 +111,28 @@ def _first_collective_mismatch(dump, name: str, group: dict, members: list[int])
     for seq in range(start, end + 1):
         present = {r: held[r][seq] for r in members if seq in held[r]}
         missing = [r for r in members if seq not in held[r]]
+        last = {r: (held[r][max(s for s in held[r] if s < seq)] if any(s < seq for s in held[r]) else None)
+                for r in missing}
+        kind = _disagreement(list(present.values()))  # the ranks that made #seq made different calls
+        if kind:
+            return Finding(kind, label, seq, present, missing, last)
         if missing:
-            last = {r: (held[r][max(s for s in held[r] if s < seq)] if any(s < seq for s in held[r]) else None)
-                    for r in missing}
             return Finding(NOT_ALL_JOINED, label, seq, present, missing, last)
-        first = present[members[0]]
-        for r in members[1:]:
-            e = present[r]
-            kind = (TYPE if op_name(e) != op_name(first) else
-                    SIZE if (e["input_sizes"], e["output_sizes"]) != (first["input_sizes"], first["output_sizes"])
-                    else DTYPE if e["input_dtypes"] != first["input_dtypes"] else None)
-            if kind:
-                return Finding(kind, label, seq, present)
         if len({e["state"] for e in present.values()}) > 1:
             return Finding(STATE, label, seq, present)
+    return None
+
+
+def _disagreement(entries: list[dict]) -> str | None:
+    """How the records of one collective differ from the first of them (None: they agree)."""
+    for e in entries[1:]:
+        first = entries[0]
+        if op_name(e) != op_name(first):
+            return TYPE
+        if (e["input_sizes"], e["output_sizes"]) != (first["input_sizes"], first["output_sizes"]):
+            return SIZE
+        if e["input_dtypes"] != first["input_dtypes"]:
+            return DTYPE
     return None
 
 
@@ -153,3 +161,20 @@ def _unmatched_p2p(dump, name: str, group: dict, members: list[int]) -> list[Fin
                 entries[peer] = partner
         out.append(Finding(UNMATCHED_P2P, label, 0, entries))
     return out
+
+
+def op_name(entry: dict) -> str:
+    """'all_reduce', 'send 0->1': the profiling name without its backend."""
+    return entry["profiling_name"].split(":", 1)[-1]
+
+
+def describe_entry(e: dict) -> str:
+    """'#7 all_reduce Double[16640] on 0:default_pg, completed (ticks 1,200-1,450), at p20.py:44 [step 3]'"""
+    seq = f"p2p #{e['p2p_seq_id']}" if e["is_p2p"] else f"#{e['collective_seq_id']}"
+    sizes = ", ".join(f"{d}{s}" for d, s in zip(e["input_dtypes"], e["input_sizes"])) or "nothing"
+    group = ":".join(e["process_group"])
+    when = (f" (ticks {e['time_started']:,}-{e['time_completed']:,})" if e["state"] == "completed"
+            else f" (issued at tick {e['time_created']:,})")
+    where = f", at {e['frames'][0]}" if e["frames"] and e["frames"][0] else ""
+    label = f" [{e['label']}]" if e["label"] else ""
+    return f"{seq} {op_name(e)} {sizes} on {group}, {e['state']}{when}{where}{label}"

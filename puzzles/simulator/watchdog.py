@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import datetime
 
-from .flight_recorder import FlightRecorder, describe_entry
+from .flight_recorder import FlightRecorder
+from .fr_analysis import describe_entry
 from .types import CollectiveTimeoutError, SimError
 
 _OP_TYPES = {"all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "all_gather": "ALLGATHER",
@@ -153,7 +154,7 @@ def on_error(world, error: BaseException) -> BaseException:
         return error
     if hasattr(error, "add_note"):
         analysis = dump.analyze()
-        tables = "\n".join(dump.table(r, last=4) for r in range(world.size))
+        tables = "\n".join(dump.table(r, last=3) for r in range(world.size))
         error.add_note(f"{analysis.text()}\nflight recorder dump (each rank's last records; the whole dump is "
                        f"error.flight_recorder):\n{tables}")
     return error
