@@ -27,7 +27,8 @@ import datetime
 
 from .flight_recorder import FlightRecorder
 from .fr_analysis import describe_entry
-from .types import CollectiveTimeoutError, SimError
+from .types import (CollectiveMismatchError, CollectiveTimeoutError, DeadlockError, P2PMismatchError, SimError,
+                    UnmatchedError)
 
 _OP_TYPES = {"all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "all_gather": "ALLGATHER",
              "all_gather_into_tensor": "_ALLGATHER_BASE", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
@@ -144,7 +145,9 @@ def timed_out(world, error: SimError) -> SimError:
 
 def on_error(world, error: BaseException) -> BaseException:
     """The run failed: the error carries the flight recorder's dump (`error.flight_recorder`), and its analysis
-    as a note (the text every report shows)."""
+    as a note (the text every report shows) when the failure is the communication's (a hang, a mismatch) or the
+    analysis finds the ranks apart; an error of the learner's own (a stub's NotImplementedError, a bad shape) is
+    not dressed up as a communication problem."""
     if world.flight is None:
         return error
     dump = world.flight.snapshot()
@@ -152,8 +155,9 @@ def on_error(world, error: BaseException) -> BaseException:
         error.flight_recorder = dump
     except AttributeError:
         return error
-    if hasattr(error, "add_note"):
-        analysis = dump.analyze()
+    analysis = dump.analyze()
+    communication = isinstance(error, (DeadlockError, CollectiveMismatchError, P2PMismatchError, UnmatchedError))
+    if hasattr(error, "add_note") and (communication or analysis.findings):
         tables = "\n".join(dump.table(r, last=3) for r in range(world.size))
         error.add_note(f"{analysis.text()}\nflight recorder dump (each rank's last records; the whole dump is "
                        f"error.flight_recorder):\n{tables}")
