@@ -22,6 +22,7 @@ import shutil
 import pytest
 
 PUZZLE_TEST = "test_puzzle"  # tests/test_puzzles.py's test, one per puzzle (its parameter `puzzle`)
+_outcomes: dict = {}  # puzzle id -> "passed", "failed" or "not attempted", as the tests' reports say (this session)
 
 
 def pytest_addoption(parser):
@@ -36,8 +37,23 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     seed = config.getoption("--seed")
-    config.grading_seed = seed if seed is not None else secrets.randbelow(1_000_000)
-    config.puzzle_outcomes = {}  # puzzle id -> "passed", "failed" or "not attempted", as the tests report them
+    worker = getattr(config, "workerinput", None)  # a pytest-xdist worker: the controller chose the seed
+    if worker is not None and "grading_seed" in worker:
+        config.grading_seed = worker["grading_seed"]
+    else:
+        config.grading_seed = seed if seed is not None else secrets.randbelow(1_000_000)
+    _outcomes.clear()
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_SameSeedOnEveryWorker(), "training-puzzles-seed")
+
+
+class _SameSeedOnEveryWorker:
+    """With pytest-xdist (`pytest tests` runs on every core), each worker grades with the seed the controller
+    printed in its header. A class registered only when xdist is there: its hook is xdist's."""
+
+    @staticmethod
+    def pytest_configure_node(node):
+        node.workerinput["grading_seed"] = node.config.grading_seed
 
 
 def pytest_report_header(config):
@@ -95,21 +111,24 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in deselected]
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """Note what became of each puzzle, for the summary at the end."""
-    report = (yield).get_result()
-    puzzle = puzzle_of(item)
-    if puzzle is None or report.passed and report.when != "call":
+_PUZZLE_NODE = re.compile(rf"(?:^|/)test_puzzles\.py::{PUZZLE_TEST}\[(p\d+)\]$")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    """Note what became of each puzzle, for the summary at the end (read off the report's test id: with
+    pytest-xdist the reports come from the workers, and this runs where the summary is written)."""
+    match = _PUZZLE_NODE.search(report.nodeid)
+    if match is None or report.passed and report.when != "call":
         return
-    item.config.puzzle_outcomes[puzzle] = ("not attempted" if report.skipped else
-                                           "failed" if report.failed else "passed")
+    _outcomes[match.group(1)] = "not attempted" if report.skipped else "failed" if report.failed else "passed"
+
 
 
 def pytest_terminal_summary(terminalreporter, config):
     """The puzzles by what became of them, by name: pytest's own summary counts them, and names only those that
     did not pass."""
-    outcomes = config.puzzle_outcomes
+    outcomes = _outcomes
     if not outcomes:
         return
     from grader.specs import SPECS

@@ -51,9 +51,11 @@ SIZES = [8 * KIB, 64 * KIB, 512 * KIB, 1024 * KIB, 4096 * KIB]  # bytes; 1 MiB i
 SIM_WORLDS = [2, 4, 8, 16, 32, 64]
 GLOO_WORLDS = [2, 4, 8]  # 64 processes on 2 cores would take all day
 
-TARGET_ALLREDUCE_MS = 1.0  # 4 ranks, 1 MiB float64, in the simulator
+# Issue 31: the simulator's own cost, which every test pays. (Before the roofline clock and the guards, this bench
+# measured 0.32-0.34 ms for the all-reduce; the memcpy floor of its copies and adds is about 0.12 ms.)
+TARGET_ALLREDUCE_MS = 0.35  # 4 ranks, 1 MiB float64, in the simulator
 TARGET_64_RANKS_S = 5.0  # 64 ranks x 10 all-reduces of 64 KiB
-TARGET_LEDGER_RATIO = 3.0  # MLP forward/backward under sim.run(fn, 1) over plain torch
+TARGET_LEDGER_RATIO = 1.5  # MLP forward/backward under sim.run(fn, 1) over plain torch
 
 CHECK_WORLD, CHECK_NUMEL = 4, 64 * KIB // F64  # the value check: 4 ranks, 64 KiB
 
@@ -436,12 +438,14 @@ def main(argv=None) -> int:
     ar, ar_min = simulated[(4, 1024 * KIB)]
     print("\n## targets (reported, not asserted)")
     print(f"  {'target':<52} {'goal':>9} {'measured':>10}")
-    print(f"  {'sim all-reduce, 4 ranks, 1 MiB float64':<52} {'<= 1 ms':>9} {ar:8.3f} ms  "
+    print(f"  {'sim all-reduce, 4 ranks, 1 MiB float64':<52} {f'<= {TARGET_ALLREDUCE_MS:g} ms':>9} {ar:8.3f} ms  "
           f"{verdict(ar, TARGET_ALLREDUCE_MS)} "
           f"(min of the repeats {ar_min:.3f} ms)")
-    print(f"  {'sim 64 ranks x 10 all-reduces of 64 KiB':<52} {'<= 5 s':>9} {big['median_s']:8.3f} s   "
+    print(f"  {'sim 64 ranks x 10 all-reduces of 64 KiB':<52} {f'<= {TARGET_64_RANKS_S:g} s':>9} "
+          f"{big['median_s']:8.3f} s   "
           f"{verdict(big['median_s'], TARGET_64_RANKS_S)}")
-    print(f"  {'ledger+clock over plain torch (MLP fwd/bwd)':<52} {'<= 3x':>9} {mlp['ratio']:8.2f} x   "
+    print(f"  {'ledger+clock over plain torch (MLP fwd/bwd)':<52} {f'<= {TARGET_LEDGER_RATIO:g}x':>9} "
+          f"{mlp['ratio']:8.2f} x   "
           f"{verdict(mlp['ratio'], TARGET_LEDGER_RATIO)}")
     if (4, 1024 * KIB) in gloo:
         gl = gloo[(4, 1024 * KIB)][0]

@@ -25,6 +25,8 @@ from batch_attacks import PUZZLES, survivors, write_class
 
 from grader.frontends.targets import REPO
 
+pytestmark = pytest.mark.xdist_group("batch_sandbox")  # one xdist worker: its module-scoped batch run
+
 TIMEOUT = 30
 
 

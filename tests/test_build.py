@@ -215,11 +215,15 @@ def test_the_readme_badge_opens_the_notebook_the_install_cell_installs():
     assert "puzzles-standalone.ipynb" in readme  # the way to Colab before the repository is published
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_test_command_and_the_slow_checks():
     command = 'pip install -e ".[dev]" && pytest tests'
-    assert command in (ROOT / "docs" / "development.md").read_text()
+    development = (ROOT / "docs" / "development.md").read_text()
+    assert command in development
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert command.replace("install -e", "install --quiet -e") in ci  # a line of its own: more steps follow it
+    # the whole of the long checks whose representatives `pytest tests` runs: a step of its own, documented
+    assert ci.index("pytest tests -m slow") == ci.index(command.replace("install -e", "install --quiet -e")) + 1
+    assert "pytest tests -m slow" in development
 
 
 HANDED = '''"""A broken program to fix."""

@@ -20,6 +20,8 @@ from grader.frontends.reports.scoring import Weights, parse_weights, score_row
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
+pytestmark = pytest.mark.xdist_group("gradescope")  # one xdist worker: its module-scoped bundle
+
 # Gradescope's "Autograder Specifications", results.json, as a JSON Schema: every field it documents, with its
 # type; nothing else allowed. Scores are required here (the spec allows them on the tests or at the top).
 VISIBILITY = ["hidden", "after_due_date", "after_published", "visible"]

@@ -18,6 +18,8 @@ from grader.frontends.notebooks.file import build_notebook
 from grader.frontends.reports import class_report, gradescope
 from grader.frontends.targets import REPO
 
+pytestmark = pytest.mark.xdist_group("handed_in")  # one xdist worker: its module-scoped class and batch run
+
 P3 = "p3_data_parallel.py"
 
 
@@ -150,12 +152,13 @@ def test_batch_grades_every_layout_learners_hand_in(class_rows):
 
 def test_a_missing_puzzle_file_is_not_handed_in_and_names_no_sandbox_path(class_folder, tmp_path):
     subs = tmp_path / "subs"
-    checkout(subs / "alice")
-    [row] = batch.run_batch(subs, 4, 60, 3000, ["p1"], jobs=1, progress=io.StringIO())
-    assert row["puzzles"][0].status == "not_attempted"  # a stub
-    (subs / "alice" / "puzzles" / "p1_checkpointing.py").unlink()
-    [row] = batch.run_batch(subs, 4, 60, 3000, ["p1"], jobs=1, progress=io.StringIO())
-    error = row["puzzles"][0].error
+    checkout(subs / "alice")  # the stubs, as cloned
+    checkout(subs / "bob")
+    (subs / "bob" / "puzzles" / "p1_checkpointing.py").unlink()  # the same checkout without p1's file
+    stub, missing = batch.run_batch(subs, 4, 60, 3000, ["p1"], jobs=1, progress=io.StringIO())
+    assert (stub["name"], missing["name"]) == ("alice", "bob")
+    assert stub["puzzles"][0].status == "not_attempted"  # a stub
+    error = missing["puzzles"][0].error
     assert error == "not handed in: there is no p1_checkpointing.py in this submission (puzzles/)"
     assert "/submission" not in error and str(subs) not in error
 

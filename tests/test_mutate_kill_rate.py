@@ -3,9 +3,16 @@
 Each mutant is a reference with one learner's mistake in it (grader/frontends/mutate/); the kill rate is killed
 over the mutants that are not on the reviewed equivalents list. Raise a threshold when the checks get stronger;
 never lower one to make a change pass. bench/MUTATION.md has the full run, its survivors and its equivalents.
+
+Mutating all nineteen puzzles takes minutes, so `pytest tests` mutates the two smallest (p3, a collective written
+by the learner; p4, Megatron's f and g as autograd functions: 19 mutants) and the rest are `slow` (`pytest tests
+-m slow`, CI's second step). Each puzzle is mutated once per process, by whichever of its tests runs first (one
+xdist group).
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -40,27 +47,46 @@ KILL_RATE_AT_LEAST = {  # every puzzle: every mutant that is not a reviewed equi
     "p20": 1.0,
 }
 
-@pytest.fixture(scope="module")
-def runs():
-    return {r.id: r for r in mutate_target(REPO / "solutions", None, SEED, list(EQUIVALENTS), jobs=2)}
+FAST = ("p3", "p4")  # run by `pytest tests`; the others by `pytest tests -m slow`
+
+
+@functools.cache
+def mutated(puzzle: str):
+    [run] = mutate_target(REPO / "solutions", [puzzle], SEED, list(EQUIVALENTS), jobs=2)
+    return run
+
+
+def each_puzzle():
+    """Every puzzle, the slow ones marked so, each in its own xdist group (its two tests share one mutation run)."""
+    return [pytest.param(p, id=p, marks=[pytest.mark.xdist_group(f"mutate-{p}")] + ([] if p in FAST else
+                                                                                     [pytest.mark.slow]))
+            for p in SPECS]
 
 
 def test_every_puzzle_has_a_threshold():
     assert set(KILL_RATE_AT_LEAST) == set(SPECS)
+    assert set(FAST) <= set(SPECS)
 
 
-@pytest.mark.parametrize("puzzle", list(SPECS))
-def test_the_kill_rate_stays_at_least_what_it_was(runs, puzzle):
-    run = runs[puzzle]
+@pytest.mark.parametrize("puzzle", each_puzzle())
+def test_the_kill_rate_stays_at_least_what_it_was(puzzle):
+    run = mutated(puzzle)
     assert not run.error, run.error
     assert run.kill_rate >= KILL_RATE_AT_LEAST[puzzle] - 1e-9, (
         f"{puzzle}: kill rate {run.kill_rate:.3f} < {KILL_RATE_AT_LEAST[puzzle]:.3f}; what got through:\n"
         + report.console([run], "solutions", SEED, verbose=False))
 
 
-def test_the_equivalents_list_matches_the_mutants_of_today(runs):
-    stale = [(r.id, e.operator, e.line, e.mutant) for r in runs.values() for e in r.stale]
-    assert not stale, f"entries of grader/frontends/mutate/equivalents.py that match no mutant: {stale}"
-    killed = [(r.id, o.mutant.operator, o.mutant.line, o.killed_by) for r in runs.values() for o in r.outcomes
-              if o.listed_equivalent]
-    assert not killed, f"listed as equivalent, yet killed (a correct answer rejected, or a wrong entry): {killed}"
+@pytest.mark.parametrize("puzzle", each_puzzle())
+def test_the_equivalents_list_matches_the_mutants_of_today(puzzle):
+    run = mutated(puzzle)
+    stale = [(e.operator, e.line, e.mutant) for e in run.stale]
+    assert not stale, f"{puzzle}: entries of grader/frontends/mutate/equivalents.py that match no mutant: {stale}"
+    killed = [(o.mutant.operator, o.mutant.line, o.killed_by) for o in run.outcomes if o.listed_equivalent]
+    assert not killed, (f"{puzzle}: listed as equivalent, yet killed (a correct answer rejected, or a wrong entry): "
+                        f"{killed}")
+
+
+def test_every_equivalent_names_a_puzzle():
+    """Each puzzle's equivalents are checked by that puzzle's run above: an entry for no puzzle would never be."""
+    assert {e.puzzle for e in EQUIVALENTS} <= set(SPECS)

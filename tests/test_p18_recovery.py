@@ -20,6 +20,8 @@ from grader.specs.p18_recovery import job as jobs
 from grader.specs.p18_recovery import training
 from puzzles.simulator.filesystem import DISK
 
+pytestmark = pytest.mark.xdist_group("p18_recovery")  # one xdist worker: its module-scoped reference job
+
 SPEC = SPECS["p18"]
 SEED = 0
 

@@ -16,6 +16,8 @@ from grader.frontends import build, cli, release
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
+pytestmark = pytest.mark.xdist_group("release")  # one xdist worker: its module-scoped release
+
 SOLVED = "p3_data_parallel.py"
 
 

@@ -17,7 +17,8 @@ from grader.frontends.notebooks.file import STANDALONE_NOTEBOOK, build_notebook
 from grader.frontends.targets import REPO
 from grader.specs import SPECS
 
-pytestmark = pytest.mark.learner  # run on the oldest supported torch too (tests/test_torch_range.py)
+pytestmark = [pytest.mark.learner,  # run on the oldest supported torch too (tests/test_torch_range.py)
+              pytest.mark.xdist_group("standalone")]  # one xdist worker: its module-scoped virtual environment
 
 
 @pytest.fixture(scope="module")

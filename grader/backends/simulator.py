@@ -12,7 +12,7 @@ from pathlib import Path
 
 from puzzles import model, sim
 
-from ..core.grading import grade_observation
+from ..core.grading import grade_observation, settle_imports
 from ..core.result import ERROR, TAMPERED, PuzzleResult
 from ..core.spec import Observation, PuzzleSpec
 from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_exception, learner_source,
@@ -201,6 +201,7 @@ def _run(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | Puz
 def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int,
                    before: Fingerprint | None = None) -> Observation | PuzzleResult:
     """Run the learner's code: what it did, or the PuzzleResult that says why there is nothing to grade."""
+    settle_imports()
     if before is None:  # a module made elsewhere (a notebook's namespace): scan what source there is
         found = internals_used(learner_source(module) or "")
         if found:
@@ -210,7 +211,8 @@ def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int,
 
 
 def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan=internals_used,
-                 _fingerprint=Fingerprint, _load=load_puzzle, _run=_run, _untampered=untampered):
+                 _fingerprint=Fingerprint, _load=load_puzzle, _run=_run, _untampered=untampered,
+                 _settle=settle_imports):
     """Load one puzzle file and run it. The spec's run context covers the import too, so that what a puzzle
     takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run; the fingerprint is taken
     before the import, so that changes made at import time count too.
@@ -221,6 +223,7 @@ def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan
     found = _scan(path.read_text(), path.name) if path.exists() else []
     if found:
         return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+    _settle()
     with spec.run_context():
         before = _fingerprint()
         module = _load(spec, path)

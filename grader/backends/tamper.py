@@ -30,6 +30,7 @@ import sys
 import threading
 import types
 
+from ..core.grading import no_cyclic_gc
 from ..core.result import TAMPERED, PuzzleResult
 from .process_state import ProcessState
 
@@ -66,6 +67,11 @@ def _rule_is_its_own(func, rule) -> bool:
 # The entries such a cache gains during a run must be the ones it would have computed itself.
 GROWN_ENTRIES_CHECK = {"puzzles.simulator.op_costs._RULES": _rule_is_its_own}
 _SKIP_TYPES = (types.ModuleType, threading.local)
+# Types whose objects hold nothing a fingerprint looks inside (no code, no items, no attributes of the project's):
+# the builtin functions and descriptors that make up most of torch's and its classes' names. Exact types only.
+_PLAIN = frozenset({types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                    types.GetSetDescriptorType, types.MemberDescriptorType, types.ClassMethodDescriptorType,
+                    types.MethodWrapperType, property, bool, int, float, complex, str, bytes, type(None)})
 # torch keeps state in module-level scalars (flags that its dispatch modes toggle): in torch and the standard
 # library only objects are watched; in the project's own modules every scalar too (a tolerance, a budget).
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
@@ -80,7 +86,7 @@ class _Print:
 
     def __init__(self, value, owner: str, depth: int = 0):
         self.value, self.parts, self.kind = value, None, "object"
-        if isinstance(value, _SKIP_TYPES):
+        if type(value) in _PLAIN or isinstance(value, _SKIP_TYPES):  # most of torch's names: nothing inside to watch
             return
         if isinstance(value, types.FunctionType):
             self.kind, self.parts = "function", tuple(getattr(value, a) for a in _FUNCTION_PARTS)
@@ -140,14 +146,17 @@ _BOOKKEEPING = ("__dict__", "__weakref__", "__slotnames__")
 
 def _ours_instance(value) -> bool:
     """An object of a class of the grader's or the simulator's (a SPEC, a CostModel): its attributes matter."""
-    return (not isinstance(value, type) and hasattr(value, "__dict__")
-            and str(getattr(type(value), "__module__", "")).startswith(WATCHED_PREFIXES))
+    return (str(getattr(type(value), "__module__", "")).startswith(WATCHED_PREFIXES)
+            and not isinstance(value, type) and hasattr(value, "__dict__"))
 
 
 def _inner(value):
     """One level of what a class member holds: a function's code and defaults, a project object's attributes."""
-    if isinstance(value, types.FunctionType):
-        return tuple(getattr(value, a) for a in _FUNCTION_PARTS)
+    kind = type(value)
+    if kind in _PLAIN:
+        return None
+    if kind is types.FunctionType:  # (FunctionType cannot be subclassed)
+        return (value.__code__, value.__defaults__, value.__kwdefaults__, value.__closure__)
     if _ours_instance(value):
         return dict(vars(value))
     return None
@@ -235,6 +244,10 @@ class Fingerprint:
     (process_state.py; its kernels only `with_kernels`, the look after a run)."""
 
     def __init__(self, extra=(), with_kernels: bool = False, force_kernels: bool = False):
+        with no_cyclic_gc():  # tens of thousands of small objects, no cycle: a collection here walked the heap
+            self._take(extra, with_kernels, force_kernels)
+
+    def _take(self, extra, with_kernels: bool, force_kernels: bool) -> None:
         self.modules: dict[str, tuple] = {}
         for name in _watched_names(extra):
             module = sys.modules.get(name)
@@ -260,6 +273,10 @@ class Fingerprint:
 
     def changes(self, later: Fingerprint) -> list[str]:
         """What differs in `later`, in words ('grader.core.compare.REL_TOL was rebound to another object')."""
+        with no_cyclic_gc():
+            return self._changes(later)
+
+    def _changes(self, later: Fingerprint) -> list[str]:
         out = [*self.found, *self.state.changes(later.state)]
         for name, (module, attrs) in self.modules.items():
             if name not in later.modules or later.modules[name][0] is not module:

@@ -132,13 +132,24 @@ def charge_compute(clock: RankClock, rank: int, cost_model: CostModel, cost: OpC
     """Lay one op of a rank's own code on its compute stream; return the FLOPs it counts. The harness's own ops
     (the grader's lines around the learner's: zeroing gradients, keeping results) cost nothing: they are not the
     answer's work. A backward the harness starts runs through the answer's graph, so it is charged."""
-    where, kind = site(), phase()
+    ticks = slowed(cost_model, rank, cost_model.compute_ticks(cost, op_dtype(out)))
+    return charge_op(clock, rank, ticks, cost, func.overloadpacket.__name__, labels, site(), phase())
+
+
+def slowed(cost_model: CostModel, rank: int, ticks: int) -> int:
+    """An op's ticks on this rank's device: k times as long on a straggler (Part IV, cost.py's slow_ranks)."""
+    if getattr(cost_model, "slow_ranks", ()):
+        return math.ceil(ticks * cost_model.slowdown(rank))
+    return ticks
+
+
+def charge_op(clock: RankClock, rank: int, ticks: int, cost: OpCost, name: str, labels: list, where: str,
+              kind: str) -> int:
+    """charge_compute, for a caller that has found the op's ticks (slowed for this rank), name, line and phase
+    already (the simulator's dispatch mode finds each once per op, and keeps the ticks of each cost it meets)."""
     if kind == "forward" and where.startswith("[harness]"):
         return 0
-    ticks = cost_model.compute_ticks(cost, op_dtype(out))
-    if getattr(cost_model, "slow_ranks", ()):  # Part IV: a straggler's device takes k times as long (cost.py)
-        ticks = math.ceil(ticks * cost_model.slowdown(rank))
-    clock.run_compute(rank, ticks, cost, kind, labels[-1] if labels else "", func.overloadpacket.__name__, where)
+    clock.run_compute(rank, ticks, cost, kind, labels[-1] if labels else "", name, where)
     return cost.flops
 
 
@@ -188,7 +199,7 @@ class RankClock:
         start = self.compute
         self.compute = start + ticks
         last = self._last_compute
-        if last is not None and last.end == start and (last.kind, last.label, last.site) == (kind, label, site):
+        if last is not None and last.end == start and last.kind == kind and last.label == label and last.site == site:
             last.end = self.compute
             last.flops += cost.flops
             last.bytes += cost.bytes

@@ -124,12 +124,16 @@ class _Handles:
                 me.stuck_polls = (me.calls, polled)
         self.yield_baton(me)
 
-    def wait(self, me: _RankState, work: Work) -> None:
+    def wait(self, me: _RankState, work: Work, site: str | None = None, callers: list[str] | None = None) -> None:
+        """Block `me` until `work` is done. `site` and `callers`: the learner's line and its callers, when the
+        caller has them already (a blocking collective found them as it was called)."""
         if work._rank != me.rank:
             raise IsolationError(f"rank {me.rank} called wait() on a handle that belongs to rank {work._rank}")
         if not work._done:
-            me.wait_site = self.site()
-            me.wait_callers = self.sites.callers()
+            if site is None:
+                site, callers = self.sites.here_and_callers()
+            me.wait_site = site
+            me.wait_callers = callers
             try:
                 self.yield_baton(me, block_on=work)
             finally:

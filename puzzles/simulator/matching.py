@@ -71,11 +71,14 @@ class _Matching:
         me.seq[group.id] = seq + 1
         if me.host is not None:  # Part IV: the host issues the call (host.py)
             me.host.launch(me.clock)
-        call.rank, call.issued, call.site = me.rank, me.clock.compute, self.site()
-        call.phase, call.callers = phase(), self.sites.callers()
+        call.rank, call.issued = me.rank, me.clock.compute
+        call.site, call.callers = self.sites.here_and_callers()
+        call.phase = phase()
         call.label = me.labels[-1] if me.labels else ""
         me.last_site = call.site
-        coll = self.open.setdefault((group.id, seq), _Collective(call.name, group, seq))
+        coll = self.open.get((group.id, seq))
+        if coll is None:
+            coll = self.open[(group.id, seq)] = _Collective(call.name, group, seq)
         if coll.calls:
             self._check_signature(coll, call)
         work = Work(self, me.rank, call.name, call.site)
@@ -95,7 +98,7 @@ class _Matching:
         if async_op:
             self.yield_baton(me)
             return work
-        self.wait(me, work)
+        self.wait(me, work, call.site, call.callers)
         return None
 
     def _check_signature(self, coll: _Collective, call: _Call) -> None:
@@ -221,12 +224,12 @@ class _Matching:
                 raise ValueError(f"rank {me.rank}: {kind} peer {peer} is not in {group}")
         if me.inflight:
             self._check_access(me, tensor, kind == "recv", kind)
-        site = self.site()
+        site, callers = self.sites.here_and_callers()
         me.last_site = site
         if me.host is not None:  # Part IV: the host issues the call (host.py)
             me.host.launch(me.clock)
         work = Work(self, me.rank, kind, site)
-        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), self.sites.callers())
+        p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), callers)
         work._describe = lambda: p.describe() + _doing(p.phase, me)
         p.queued = self._issue(me, work, (kind,))
         p.label = me.labels[-1] if me.labels else ""

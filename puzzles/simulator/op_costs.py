@@ -52,6 +52,8 @@ class OpCost:
 FREE = OpCost()
 
 _aten = torch.ops.aten
+# (module constants: on every op, `torch.strided` is two lookups and `(list, tuple)` a tuple built anew)
+_TENSOR, _STRIDED, _DTYPE, _SEQUENCES = torch.Tensor, torch.strided, torch.dtype, (list, tuple)
 
 
 def _packets(*names: str) -> frozenset:
@@ -136,15 +138,20 @@ FFT_FLOPS = 5  # 5·N·log2(n): the radix-2 count for N points transformed along
 
 
 def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _TENSOR):
         return [value]
+    return _tensors_among(value) if isinstance(value, _SEQUENCES) else []
+
+
+def _tensors_among(values) -> list[torch.Tensor]:
+    """_tensors of a list or tuple (an op's args): asking whether a tuple is a Tensor is slow (torch.Tensor's
+    metaclass makes isinstance take Python's long way)."""
     found = []
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            if isinstance(v, torch.Tensor):
-                found.append(v)
-            elif isinstance(v, (list, tuple)):
-                found.extend(_tensors(v))
+    for v in values:
+        if isinstance(v, _TENSOR):
+            found.append(v)
+        elif isinstance(v, _SEQUENCES):
+            found.extend(_tensors(v))
     return found
 
 
@@ -173,11 +180,18 @@ def tensor_bytes(t: torch.Tensor) -> int:
                  (t.values(), t.crow_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.ccol_indices(),
                   t.col_indices() if t.layout in (torch.sparse_csr, torch.sparse_bsr) else t.row_indices()))
         return sum(tensor_bytes(p) for p in parts)
+    return _span_bytes(t)
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    """tensor_bytes of a strided tensor that is not contiguous (a transpose, an expanded view)."""
     n = t.numel()
     if n == 0:
         return 0
     try:
-        span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) + 1
+        span = 1
+        for size, stride in zip(t.shape, t.stride()):
+            span += (size - 1) * abs(stride)
     except RuntimeError:  # a tensor without strides
         span = n
     return min(n, span) * t.element_size()
@@ -185,62 +199,96 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 def op_cost(func, args, kwargs, out) -> OpCost:
     """FLOPs and bytes of one aten op (`func`, an OpOverload) called on args/kwargs that returned `out`."""
+    return cost_by_rule(rule_for(func), func, args, kwargs, out)
+
+
+def rule_for(func):
+    """How `func` is charged: FREE, or its rule (rule_of), found once per op and kept in _RULES."""
     rule = _RULES.get(func)
     if rule is None:
         rule = _RULES[func] = rule_of(func)
-    if rule is FREE:
-        return FREE
-    inputs = _tensors(args) + (_tensors(list(kwargs.values())) if kwargs else [])
+    return rule
+
+
+def cost_by_rule(rule, func, args, kwargs, out) -> OpCost:
+    """op_cost, for a caller that holds `func`'s rule already (rule_for(func))."""
+    return FREE if rule is FREE else OpCost(*cost_parts(rule, func, args, kwargs, out))
+
+
+def cost_parts(rule, func, args, kwargs, out) -> tuple[int, int, str]:
+    """(FLOPs, bytes, class) of one op that is not FREE under `rule`: what its OpCost holds. (A caller that meets
+    the same figures again and again can keep their OpCost: making one costs more than finding them.)"""
+    inputs = _tensors_among(args) if type(args) is tuple else _tensors(args)
+    if kwargs:
+        inputs += _tensors_among(list(kwargs.values()))
     outputs = _tensors(out)
-    read = 0 if rule[0] else sum(tensor_bytes(t) for t in inputs)
-    nbytes = read + sum(tensor_bytes(t) for t in outputs)
-    if len(inputs) >= 2 and any(t.layout is not torch.strided for t in inputs):
-        flops, kind = _sparse_product(inputs, outputs), "matmul"
-    else:
-        flops, kind = _APPLY[rule[1]](rule, func, args, kwargs, out, inputs, outputs)
-    return OpCost(flops, nbytes, kind)
+    nbytes, read, dense = 0, not rule[0], True  # (an op that makes a tensor like another reads its shape only)
+    for t in inputs:
+        if t.layout is _STRIDED:
+            if read:
+                nbytes += t.nbytes if t.is_contiguous() else _span_bytes(t)  # (nbytes: numel·element size)
+        else:
+            dense = False
+            if read:
+                nbytes += tensor_bytes(t)
+    out_elements = 0  # (_numel of each output, found with its bytes)
+    for t in outputs:
+        if t.layout is _STRIDED:
+            n = t.numel()
+            out_elements += n
+            nbytes += n * t.element_size() if t.is_contiguous() else _span_bytes(t)
+        else:
+            out_elements += _numel(t)
+            nbytes += tensor_bytes(t)
+    if not dense and len(inputs) >= 2:
+        return _sparse_product(inputs, outputs), nbytes, "matmul"
+    flops, kind = _APPLY[rule[1]](rule, func, args, kwargs, out, inputs, out_elements)
+    return flops, nbytes, kind
 
 
 # func -> FREE, or its rule: (reads no data, the rule's name, its parameters), found once per op so that the
 # per-call work is the rule alone (a dozen set lookups on an op's packet, each hashed in Python, were half of an
-# op's cost). Plain data, so that the grader can check that every entry is the rule rule_of gives (tamper.py).
+# op's cost). Plain data (a product's rule holds torch's formula for it, looked up once), so that the grader can
+# check that every entry is the rule rule_of gives (tamper.py).
 _RULES: dict = {}
 
 
-def _out_elements(outputs) -> int:
-    return sum(_numel(t) for t in outputs)
-
-
 def _in_largest(inputs) -> int:
-    return max((_numel(t) for t in inputs), default=0)
+    largest = 0
+    for t in inputs:
+        n = t.numel() if t.layout is _STRIDED else _numel(t)
+        if n > largest:
+            largest = n
+    return largest
 
 
+# rule name -> (FLOPs, class) of one op, from (rule, func, args, kwargs, out, its input tensors, its output elements)
 _APPLY = {
-    "none": lambda rule, func, args, kwargs, out, inputs, outputs: (0, rule[2]),
-    "per input": lambda rule, func, args, kwargs, out, inputs, outputs: (rule[2] * _in_largest(inputs), rule[3]),
-    "per output": lambda rule, func, args, kwargs, out, inputs, outputs: (rule[2] * _out_elements(outputs), rule[3]),
-    "per element": lambda rule, func, args, kwargs, out, inputs, outputs: (
-        rule[2] * max(_in_largest(inputs), _out_elements(outputs)), rule[3]),
-    "registered": lambda rule, func, args, kwargs, out, inputs, outputs: (
-        _registered(_formula(func.overloadpacket), args, kwargs, out), rule[2]),
-    "batch summed product": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "none": lambda rule, func, args, kwargs, out, inputs, out_elements: (0, rule[2]),
+    "per input": lambda rule, func, args, kwargs, out, inputs, out_elements: (rule[2] * _in_largest(inputs), rule[3]),
+    "per output": lambda rule, func, args, kwargs, out, inputs, out_elements: (rule[2] * out_elements, rule[3]),
+    "per element": lambda rule, func, args, kwargs, out, inputs, out_elements: (
+        rule[2] * max(_in_largest(inputs), out_elements), rule[3]),
+    "registered": lambda rule, func, args, kwargs, out, inputs, out_elements: (
+        _registered(rule[3], args, kwargs, out), rule[2]),
+    "batch summed product": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         2 * args[1].numel() * args[2].shape[-1], "matmul"),  # addbmm: 2·b·n·k·m
-    "vector product": lambda rule, func, args, kwargs, out, inputs, outputs: (
-        _vector_product(inputs, _out_elements(outputs)), "matmul"),
-    "attention": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "vector product": lambda rule, func, args, kwargs, out, inputs, out_elements: (
+        _vector_product(inputs, out_elements), "matmul"),
+    "attention": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _attention(inputs[0], inputs[1], backward=False), "attention"),
-    "attention backward": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "attention backward": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _attention(inputs[1], inputs[2], backward=True), "attention"),
-    "fft": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "fft": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         _fft(inputs[0], args[1] if len(args) > 1 else None), "matmul"),
-    "cubic": lambda rule, func, args, kwargs, out, inputs, outputs: (_cubic(inputs), "matmul"),
-    "cdist": lambda rule, func, args, kwargs, out, inputs, outputs: (_cdist(inputs), "matmul"),
-    "trilinear": lambda rule, func, args, kwargs, out, inputs, outputs: (_trilinear(args), "matmul"),
-    "accumulate": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "cubic": lambda rule, func, args, kwargs, out, inputs, out_elements: (_cubic(inputs), "matmul"),
+    "cdist": lambda rule, func, args, kwargs, out, inputs, out_elements: (_cdist(inputs), "matmul"),
+    "trilinear": lambda rule, func, args, kwargs, out, inputs, out_elements: (_trilinear(args), "matmul"),
+    "accumulate": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         max((_numel(t) for t in inputs[1:]), default=0) or _in_largest(inputs), "reduction"),
-    "fused optimizer": lambda rule, func, args, kwargs, out, inputs, outputs: (
+    "fused optimizer": lambda rule, func, args, kwargs, out, inputs, out_elements: (
         rule[2] * sum(t.numel() for t in _tensors(args[0])), "elementwise"),
-    "random": lambda rule, func, args, kwargs, out, inputs, outputs: (max(_out_elements(outputs), 1), "elementwise"),
+    "random": lambda rule, func, args, kwargs, out, inputs, out_elements: (max(out_elements, 1), "elementwise"),
 }
 
 
@@ -253,7 +301,8 @@ def _product_of(packet):
 
 def _formula(packet):
     """torch's FLOP formula for `packet`, or for its out-of-place op (addmm for addmm_)."""
-    return flop_registry[packet] if packet in flop_registry else flop_registry[_product_of(packet)]
+    formula = flop_registry.get(packet)  # (one lookup: a packet's hash is computed in Python)
+    return formula if formula is not None else flop_registry[_product_of(packet)]
 
 
 def rule_of(func):
@@ -266,7 +315,7 @@ def rule_of(func):
         return like, "none", "memory"
     product = _product_of(packet)  # w.grad.addmm_(h.t(), dy) is the product h.t() @ dy, written in place
     if product in flop_registry:
-        return like, "registered", "attention" if "attention" in packet.__name__ else "matmul"
+        return like, "registered", "attention" if "attention" in packet.__name__ else "matmul", _formula(packet)
     if product in _VECTOR_PRODUCTS:
         return like, "vector product"
     if product in _BATCH_SUMMED_PRODUCTS:
@@ -302,18 +351,25 @@ def _registered(formula, args, kwargs, out) -> int:
     """torch's own formula. Most are wrapped to turn tensors into shapes with pytree, which is slow: unwrap them.
     An overload with an output dtype (`addmm(..., out_dtype=torch.float32)`, torch 2.9+) passes it positionally,
     where the formulas take the output's shape: it says nothing of the FLOPs and is left out."""
-    if any(isinstance(a, torch.dtype) for a in args):
-        args = tuple(a for a in args if not isinstance(a, torch.dtype))
     on_shapes = getattr(formula, "__wrapped__", None)
-    if on_shapes is not None:
-        return int(on_shapes(*map(_shape, args), out_shape=_shape(out), **{k: _shape(v) for k, v in kwargs.items()}))
-    return int(formula(*args, **kwargs, out_val=out))
+    if on_shapes is None:
+        return int(formula(*[a for a in args if not isinstance(a, _DTYPE)], **kwargs, out_val=out))
+    shapes = []
+    for a in args:
+        if isinstance(a, _TENSOR):
+            shapes.append(a.shape)
+        elif not isinstance(a, _DTYPE):
+            shapes.append(_shape(a))
+    out_shape = out.shape if isinstance(out, _TENSOR) else _shape(out)
+    if kwargs:
+        return int(on_shapes(*shapes, out_shape=out_shape, **{k: _shape(v) for k, v in kwargs.items()}))
+    return int(on_shapes(*shapes, out_shape=out_shape))
 
 
 def _shape(x):
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, _TENSOR):
         return x.shape
-    if isinstance(x, (list, tuple)):
+    if isinstance(x, _SEQUENCES):
         return type(x)(_shape(v) for v in x)
     return x
 

@@ -18,13 +18,12 @@ each rank's `fn` receives in dist.py.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import threading
 import time
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
+from torch._C import _DisableTorchDispatch
 
 from . import guards, host, watchdog
 from .clock import CostModel, RankClock
@@ -85,10 +84,13 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.ledgers = [Ledger(r, (lambda s=s: s.clock.compute)) for r, s in enumerate(self.ranks)]
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files, harness_files)
+        self.sites.bottom = World._run_rank.__code__
         self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
         self.collective_timeout: int | None = None  # Part IV (watchdog.py): ticks a call may take, None: forever
         self.flight = None  # Part IV: the flight recorder (flight_recorder.py), when sim.run turns it on
         self.host_profile = None  # Part IV: the ranks' host (host.py), when sim.run gives them one
+        self.ops: dict = {}  # an OpOverload's _op -> what the dispatch mode needs to know of it (mode._Op)
+        self.costs: dict = {}  # ((FLOPs, bytes, class), dtype) -> (OpCost, ticks) of the ops met (mode.py)
         for r in self.ranks:
             r.site = self.sites.here
         self.WORLD = ProcessGroup(self, 0, tuple(range(world_size)))
@@ -132,16 +134,10 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
     def site(self) -> str:
         return self.sites.here()
 
-    @contextlib.contextmanager
-    def untracked(self, me):
-        """The runtime's own tensor work (moving data, saving RNG state): off the ledger, outside the isolation
+    def untracked(self, me) -> _Untracked:
+        """The runtime's own tensor work (moving data, placing inputs): off the ledger, outside the isolation
         check, and without paying for the dispatch mode on every op."""
-        me.untracked = True
-        try:
-            with _disable_current_modes():
-                yield
-        finally:
-            me.untracked = False
+        return _Untracked(me)
 
     def isolation_message(self, rank: int, owner, t: torch.Tensor, what: str) -> str:
         where = self.sites.here()
@@ -190,16 +186,14 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                 return
             nxt.status, nxt.waiting = "running", None
             if not finished:
-                with self.untracked(me):
-                    me.rng = torch.get_rng_state()
+                me.rng = _rng_state(me)
             nxt.go.release()
         if finished:
             return
         me.go.acquire()
         if self.aborted:
             raise _Abort
-        with self.untracked(me):
-            torch.set_rng_state(me.rng)
+        _set_rng_state(me, me.rng)
 
     def _finish_locked(self) -> None:
         if self.rank_errors:  # a rank raised, and every other rank has finished: that error is the story
@@ -256,8 +250,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             fn = make_fn(me.rank)
         finally:
             me.loading = False
-            with self.untracked(me):
-                torch.set_rng_state(me.rng)
+            _set_rng_state(me, me.rng)
         if self.charge_imports:
             made = self.ledgers[me.rank].live_by_line()  # nothing else is on the ledger yet: the inputs come next
             guards.check_import(me.rank, [(site.replace(f"  {AT_IMPORT}", ""), nbytes) for site, nbytes, _ in made])
@@ -398,6 +391,46 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                                       f"exception (`except BaseException`), or is busy in C code. It is abandoned: it "
                                       f"keeps running in this process, using the CPU, until the process ends "
                                       f"(a command-line run ends as usual; in a notebook, restart the kernel).)")
+
+
+class _Untracked:
+    """`with world.untracked(me):` the runtime's own tensor work. torch's Python dispatch is switched off for it
+    (`_DisableTorchDispatch`, one C++ guard: popping and pushing back the mode stack, as
+    `_disable_current_modes()` does, cost 12 us a time, measured), so no op of it reaches the rank's mode; the
+    flag keeps the guards (guards.py) off for it as well."""
+
+    __slots__ = ("me", "guard")
+
+    def __init__(self, me):
+        self.me = me
+
+    def __enter__(self) -> None:
+        self.guard = _DisableTorchDispatch()  # (the original, bound at import: escapes.py guards the name in a run)
+        self.guard.__enter__()
+        self.me.untracked = True
+
+    def __exit__(self, *exc) -> None:
+        self.me.untracked = False
+        self.guard.__exit__(*exc)
+
+
+# A rank's random-number state is saved and restored at every switch of the baton. Neither call reaches the
+# dispatcher (the generator copies its state in C++), so there is no mode to switch off; `untracked` is set all the
+# same, so that an op one of them made on another torch would be the runtime's own, not the rank's.
+def _rng_state(me) -> torch.Tensor:
+    me.untracked = True
+    try:
+        return torch.get_rng_state()
+    finally:
+        me.untracked = False
+
+
+def _set_rng_state(me, state: torch.Tensor) -> None:
+    me.untracked = True
+    try:
+        torch.set_rng_state(state)
+    finally:
+        me.untracked = False
 
 
 _active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)
