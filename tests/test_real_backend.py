@@ -155,7 +155,8 @@ def test_clock_checks_are_reported_as_simulator_only(references, naive):
     clock_based = {s.id: s.simulator_only for s, *_ in references if s.simulator_only}
     assert clock_based == {"p5": ("bubble",), "p6": ("bubble",), "p7": ("makespan",), "p10": ("makespan",),
                            "p11": ("bubble",), "p13": ("ring makespan", "doubling makespan"),
-                           "p15": ("makespan",), "p16": ("bubble",), "p17": ("bubble",)}
+                           "p15": ("makespan",), "p16": ("bubble",), "p17": ("bubble",),
+                           "p21": ("no host sync", "makespan")}
 
 
 def test_a_hand_written_backward_is_read_alike_on_gloo():
