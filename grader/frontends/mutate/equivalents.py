@@ -384,4 +384,17 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "and the same memory (the harness keeps a detached copy)", occurrence=1),
     Equivalent("p20", "in-place", "total += loss.detach()", "total = total + loss.detach()",
                "a scalar rebound to a new scalar with the same value", occurrence=1),
+    Equivalent("p21", "swap-args", "loss = loss_fn(forward(x, layers), target)",
+               "loss = loss_fn(target, forward(x, layers))", _SYMMETRIC_LOSS),
+    Equivalent("p21", "drop-detach", "logged = loss.detach().clone()", "logged = loss.clone()",
+               "the logged loss stays in its graph, whose saved tensors backward has already freed: the same values "
+               "and the same memory, all-reduced in place all the same, and still no sync (the harness keeps a "
+               "detached copy)"),
+    Equivalent("p21", "drop-clone", "logged = loss.detach().clone()", "logged = loss.detach()",
+               "the loss's own storage all-reduced in place: backward has already run, and nothing reads the loss "
+               "again, so the logged value is the same with one 8-byte copy less"),
+    Equivalent("p21", "swap-statements", "dist.all_reduce(logged)  # the whole batch's loss, for the log: 8 bytes, "
+               "on the device, no sync", "losses.append(logged)",
+               "the list holds the tensor itself, which the blocking all-reduce then writes in place: appended "
+               "before or after, the list ends up with the same values", occurrence=1),
 )
