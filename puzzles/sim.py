@@ -46,6 +46,14 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
     simulator/filesystem.py   a disk every rank and every run of a job shares, and a rank that dies (checkpoints)
 
+Part IV (debugging a run) adds, each off unless a run asks for it:
+
+    simulator/watchdog.py        collective timeouts: NCCL's watchdog on the simulated clock
+    simulator/flight_recorder.py each rank's last communication calls (torch's Flight Recorder), dumped on a hang
+    simulator/fr_analysis.py     reading a dump as torch's fr_trace does: the first collective where ranks part
+    simulator/host.py            the host that launches a rank's kernels ahead of the device; syncs (.item())
+    simulator/loader.py          sim.DataLoader: torch's batches, loaded by the host or by workers on the clock
+
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
 
@@ -66,6 +74,8 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     RankThreadError          dist called from a thread the rank started, or after the run
     UnmatchedError           every rank returned, but a message or collective was never matched
     TimeLimitError           a rank computes too long without communicating (an endless loop)
+    CollectiveTimeoutError   with a collective timeout (sim.run's, init_process_group's): a call not completed in
+                             time, as NCCL's watchdog says it; a hang ends so, with the flight recorder's dump
 
 Each error is a rank's own: the other ranks run on until they return, raise or wait for it, and the report says
 whether every rank raised it. One more is no mistake: RankCrashed, a rank that died at a failure a harness injected
@@ -79,13 +89,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from .simulator.clock import Event
+from .simulator import host as host_model
+from .simulator import watchdog
 from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
 from .simulator.filesystem import CrashPoint, Disk, DiskProfile
+from .simulator.flight_recorder import FlightRecorderDump
+from .simulator.host import HostProfile
+from .simulator.loader import DataLoader, TensorDataset
 from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
-from .simulator.types import (AutogradWriteError, CollectiveMismatchError, DeadlockError, HiddenMemoryError,
-                              InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
+from .simulator.types import (AutogradWriteError, CollectiveMismatchError, CollectiveTimeoutError, DeadlockError,
+                              HiddenMemoryError, InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
                               ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError, TimeLimitError,
                               UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
@@ -96,7 +111,8 @@ __all__ = [
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
     "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
-    "Disk", "DiskProfile", "CrashPoint", "RankCrashed",
+    "Disk", "DiskProfile", "CrashPoint", "RankCrashed", "CollectiveTimeoutError", "FlightRecorderDump",
+    "HostProfile", "DataLoader", "TensorDataset",
 ]
 
 
@@ -116,6 +132,7 @@ class SimResult:
     cost: CostModel
     flops: list[int]
     warnings: list[str]
+    flight_recorder: FlightRecorderDump | None = None  # Part IV: each rank's last communication calls, when on
 
     @property
     def peak_bytes(self) -> list[int]:
@@ -159,7 +176,8 @@ def current_ledger() -> Ledger | None:
 
 
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,
-        timeout: float = 60.0, library_files=(), harness_files=(), make_fn=None, charge_imports=True) -> SimResult:
+        timeout: float = 60.0, library_files=(), harness_files=(), make_fn=None, charge_imports=True,
+        collective_timeout=None, trace_buffer_size: int | None = None, host: HostProfile | None = None) -> SimResult:
     """Run `fn(dist, *args, *rank_args[rank])` on `world_size` simulated ranks and return a SimResult.
 
     args:      the same for every rank; each rank gets its own copy of every tensor in it (which counts on its ledger).
@@ -177,6 +195,17 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
                guards.IMPORT_BYTES of them is a HiddenMemoryError. charge_imports=False leaves them off the ledger
                (a module made of a notebook's cells, experiments included).
 
+    Part IV, debugging a run (each off unless asked for):
+    collective_timeout: init_process_group's timeout=, in ticks or a timedelta (a tick is a nanosecond): a
+               communication call not completed that long after its rank issued it fails the run with
+               CollectiveTimeoutError, as NCCL's watchdog does (simulator/watchdog.py).
+    trace_buffer_size: the flight recorder's records per rank (TORCH_FR_BUFFER_SIZE); a collective timeout turns
+               it on with 2,000. The result, or the error of a run that fails, carries its dump as
+               `.flight_recorder` (simulator/flight_recorder.py; its analysis: fr_analysis.py).
+    host:      a HostProfile: each rank's host launches its ops ahead of the device, and a sync (.item(),
+               .tolist(), .cpu(), printing a tensor, nonzero, ...) makes it wait for the device's queue to empty
+               (simulator/host.py). None: no host (the device never waits for a launch; syncs cost nothing).
+
     An exception in a rank finishes it; the others run on until each returns, raises or waits for it, and the
     error of the first rank (in rank order) that raised is re-raised here, with a note naming the ranks.
     """
@@ -186,6 +215,8 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
         raise ValueError("sim.run needs either fn or make_fn (not both)")
     world = World(world_size, cost or CostModel(), seed, timeout, library_files, harness_files)
     world.charge_imports = charge_imports
+    watchdog.start(world, collective_timeout, trace_buffer_size)  # Part IV
+    host_model.start(world, host)
     world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
     for ledger in world.ledgers:
         ledger.close()
@@ -193,6 +224,7 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
         r.clock.close()
     events = sorted((e for r in world.ranks for e in r.clock.events),
                     key=lambda e: (e.start, e.rank, e.stream, e.end))
-    makespan = max([max(r.clock.compute, r.clock.comm) for r in world.ranks] + [0])
+    makespan = max([max(r.clock.compute, r.clock.comm) for r in world.ranks] + [e.end for e in events] + [0])
     return SimResult(world.size, [r.result for r in world.ranks], world.ledgers, events, makespan, world.cost,
-                     [r.flops for r in world.ranks], world.warnings)
+                     [r.flops for r in world.ranks], world.warnings,
+                     flight_recorder=world.flight.snapshot() if world.flight is not None else None)

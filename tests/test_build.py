@@ -224,3 +224,40 @@ def test_ci_runs_the_readme_test_command_and_the_slow_checks():
     # the whole of the long checks whose representatives `pytest tests` runs: a step of its own, documented
     assert ci.index("pytest tests -m slow") == ci.index(command.replace("install -e", "install --quiet -e")) + 1
     assert "pytest tests -m slow" in development
+
+
+HANDED = '''"""A broken program to fix."""
+
+
+def step(x):
+    # BEGIN SOLUTION
+    return x * 2
+    # END SOLUTION
+    # BEGIN HANDED OUT: this step returns half of what it should
+    # y = x / 2
+    #
+    # return y
+    # END HANDED OUT
+'''
+
+
+def test_a_handed_out_program_is_the_stub_behind_one_line_that_keeps_it_from_running():
+    text = stubs.stub_body(HANDED, "p20_demo.py")
+    assert text.splitlines()[-4:] == [
+        '    raise NotImplementedError("p20: this step returns half of what it should: delete this line to run it as '
+        'handed out, then fix it")', "    y = x / 2", "", "    return y"]
+    assert "x * 2" not in text and "BEGIN" not in text and "HANDED" not in text
+    namespace = {}
+    exec(text.replace('    raise NotImplementedError(', '    pass  # (', 1).replace('then fix it")', 'then fix it'),
+         namespace)
+    assert namespace["step"](4.0) == 2.0  # the program as handed out runs, once the line is gone
+
+
+@pytest.mark.parametrize("broken", [
+    HANDED.replace("    # END SOLUTION\n", "    # END SOLUTION\n    pass\n"),  # not right after the solution
+    HANDED.replace("    # END HANDED OUT\n", ""),  # never closed
+    HANDED.replace("    # y = x / 2", "    y = x / 2"),  # a line not behind "# "
+])
+def test_a_malformed_handed_out_region_stops_the_build(broken):
+    with pytest.raises(stubs.BuildError):
+        stubs.stub(broken, "p20_demo.py")

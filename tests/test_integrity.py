@@ -93,6 +93,24 @@ def test_the_untouched_stub_is_not_attempted(tmp_path):
     assert result.status == NOT_ATTEMPTED, message
 
 
+def test_a_handed_out_program_is_not_attempted_until_its_line_goes(tmp_path):
+    """Part IV hands out a broken program behind one `raise NotImplementedError(...)` line: as generated, and
+    with the program below it edited while the line stays, it has not run (not attempted, no flight recorder
+    note); with code put above the line, it is partial and says to delete the line."""
+    source = stub(solution("p20"), "p20_hang.py")
+    result, message = grade(tmp_path, "p20", source)
+    assert result.status == NOT_ATTEMPTED and "delete this line" in result.error, message
+    edited = source.replace("    world = dist.get_world_size()\n", "    world = 4\n", 1)
+    assert edited != source
+    result, message = grade(tmp_path, "p20", edited)
+    assert result.status == NOT_ATTEMPTED, message
+    line = next(x for x in source.splitlines() if "delete this line to run it" in x)
+    above = source.replace(line, "    layers = list(layers)\n" + line)
+    result, message = grade(tmp_path, "p20", above)
+    assert result.status == PARTIAL and "delete that line" in result.error, message
+    assert "flight recorder" not in result.error, message
+
+
 def test_a_not_implemented_error_of_the_answers_own_is_an_error(tmp_path):
     source = P3_IMPORTS + '''
 def data_parallel_step(dist, x_shard, target_shard, layers, lr):

@@ -232,6 +232,26 @@ CONTEXTS = {
         inp, out = torch.randn(8, dtype=torch.float64), torch.empty(4, dtype=torch.float64)
         norm = torch.tensor(float("inf"))
         """, world=4, around={"dist.all_gather_into_tensor(out, inp, group=dp_group)": "inp, out = out, inp\n{code}"}),
+    "p20": Context("""
+        from torch.profiler import record_function
+        x, target = model.make_batch(8, 32, seed=0)
+        valid = torch.tensor([True, False] * 4)
+        layers, lr, run, s = model.init_layers(2, 32, 64, seed=0), 0.05, "A", 2
+        n = int(valid.sum())
+        w = layers[0][0]
+        loss = ((model.forward(x[valid], layers) - target[valid]) ** 2).sum() / n
+        """, world=4, around={"w -= lr * w.grad": "w.grad = torch.ones_like(w)\n" + NO_GRAD}),
+    "p21": Context("""
+        from puzzles.sim import DataLoader, TensorDataset
+        x, target = model.make_batch(48, 64, seed=rank)
+        dataset = TensorDataset(x, target, ticks_per_sample=1500)
+        layers, lr = model.init_layers(4, 64, 256, seed=0), 0.005
+        loss = model.loss_fn(model.forward(x[:8], layers), target[:8])
+        losses, t, mask = [loss.detach()], loss.detach(), torch.arange(48) % 2 == 0
+        w = layers[0][0]
+        w.grad = torch.ones_like(w)
+        grad = w.grad
+        """, world=4, around={"w -= lr * grad": NO_GRAD}),
 }
 
 

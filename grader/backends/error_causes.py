@@ -22,6 +22,8 @@ Per puzzle (PUZZLE_CAUSES), where the puzzle's code gives an error one meaning:
                          learner's step() and the other at another collective (of step(), or the grader's after
                          it) -> the ranks did not decide the same thing: a norm or non-finite check from a rank's own
                          shard (or one group's sum), or a skip decided before the all-reduce
+    p20: no gradient     the simulator: a collective handed None -> the rank with no real row ran no backward: its
+                         share of the gradient is zeros
 
 A rule names a mistake only when nothing else makes that error on that line; otherwise nothing is added.
 """
@@ -47,7 +49,7 @@ def likely_cause(exc: BaseException, line: str, puzzle: str = "") -> str:
     known), or ''."""
     message = str(exc)
     own = PUZZLE_CAUSES.get(puzzle)
-    cause = own(exc, message) if own is not None else ""
+    cause = own(exc, message, line) if own is not None else ""
     if cause:
         return cause
     if isinstance(exc, RuntimeError) and "a leaf Variable that requires grad is being used in an in-place" in message:
@@ -117,7 +119,7 @@ def _line_of(where: str) -> str:
     return where.split(": ", 1)[0]
 
 
-def _p19_ranks_apart(exc: BaseException, message: str) -> str:
+def _p19_ranks_apart(exc: BaseException, message: str, line: str = "") -> str:
     """p19: step() is the learner's only code, and its one decision is whether to skip; two ranks at different
     calls of one group took different branches of it."""
     if type(exc).__name__ != "CollectiveMismatchError":
@@ -149,4 +151,14 @@ def _p19_ranks_apart(exc: BaseException, message: str) -> str:
             f"one skipping what the other ran (an update, a collective). {same}")
 
 
-PUZZLE_CAUSES = {"p19": _p19_ranks_apart}
+def _p20_no_gradient(exc: BaseException, message: str, line: str = "") -> str:
+    """p20: a gradient that is None where a collective (or the update) wants a tensor is the share of the rank with
+    no real row, whose (empty) loop of microbatches never ran backward."""
+    if isinstance(exc, (TypeError, AttributeError)) and "NoneType" in message and ABOUT_GRADIENTS.search(line):
+        return ("a gradient that is None: a rank with no real row runs no microbatch, so backward never fills its "
+                "w.grad, and the others still wait for its share. Its share is zero: w.grad = torch.zeros_like(w) "
+                "before the all-reduce")
+    return ""
+
+
+PUZZLE_CAUSES = {"p19": _p19_ranks_apart, "p20": _p20_no_gradient}

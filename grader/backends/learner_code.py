@@ -184,17 +184,28 @@ def _rebound(fn: types.FunctionType, globals_: dict) -> types.FunctionType:
 # ---- how far along is a puzzle? (a NotImplementedError: not attempted, partly written, or the answer's own)
 
 _STUB_MESSAGE = re.compile(r"^(p\d+): write (\S+)$")
+# Part IV: a program handed out broken, behind the one line the learner deletes to run it (frontends/stubs.py)
+_HANDED_OUT_MESSAGE = re.compile(r"^(p\d+): .+: delete this line to run it as handed out, then fix it$")
 
 
 def _body_is_only_a_raise(node: ast.AST) -> bool:
-    """A function whose body (after its docstring) is just `raise NotImplementedError(...)`: an untouched stub."""
+    """A function whose body (after its docstring) is just `raise NotImplementedError(...)`: an untouched stub. Or
+    one that opens with the handed-out program's `raise NotImplementedError("pN: ...: delete this line ...")`: the
+    program below it never runs until that line goes, whatever the learner changed there."""
     body = list(node.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         body = body[1:]
-    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+    if not body or not isinstance(body[0], ast.Raise) or body[0].exc is None:
         return False
-    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
-    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    call = body[0].exc
+    exc = call.func if isinstance(call, ast.Call) else call
+    if not (isinstance(exc, ast.Name) and exc.id == "NotImplementedError"):
+        return False
+    if len(body) == 1:
+        return True
+    message = call.args[0] if isinstance(call, ast.Call) and call.args else None
+    return (isinstance(message, ast.Constant) and isinstance(message.value, str)
+            and _HANDED_OUT_MESSAGE.match(message.value) is not None)
 
 
 def _untouched(func) -> bool:
@@ -207,8 +218,9 @@ def _untouched(func) -> bool:
         return _body_is_only_a_raise(node)
     except (OSError, TypeError, SyntaxError, IndexError):  # no source: read the bytecode instead
         code = func.__code__
-        return set(code.co_names) <= {"NotImplementedError"} and any(
-            isinstance(c, str) and _STUB_MESSAGE.match(c) for c in code.co_consts)
+        return (set(code.co_names) <= {"NotImplementedError"} and any(
+            isinstance(c, str) and _STUB_MESSAGE.match(c) for c in code.co_consts)) or any(
+            isinstance(c, str) and _HANDED_OUT_MESSAGE.match(c) for c in code.co_consts)
 
 
 def _parts(spec: PuzzleSpec, module) -> dict[str, bool]:
@@ -272,7 +284,7 @@ def not_implemented_result(spec: PuzzleSpec, module, exc: NotImplementedError) -
     parts written, some not (or a stub's `raise` left below written code): partial, naming what is left. A
     NotImplementedError that is not a stub's (the answer's own, or torch's 'not implemented for ...'): an error."""
     message = str(exc)
-    match = _STUB_MESSAGE.match(message)
+    match = _STUB_MESSAGE.match(message) or _HANDED_OUT_MESSAGE.match(message)
     learner_file = getattr(module, "__file__", None)
     if match is None or match.group(1) != spec.id:
         return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_exception(exc, learner_file))
@@ -280,6 +292,11 @@ def not_implemented_result(spec: PuzzleSpec, module, exc: NotImplementedError) -
     left = [p for p, untouched in parts.items() if untouched]
     if parts and len(left) == len(parts):
         return PuzzleResult(spec.id, spec.name, spec.title, NOT_ATTEMPTED, error=f"not attempted ({message})")
+    if match.re is _HANDED_OUT_MESSAGE:  # the handed-out program's line, below code the learner put above it
+        said = f"still to write: {', '.join(left)}. " if left else ""
+        return PuzzleResult(spec.id, spec.name, spec.title, PARTIAL, error=(
+            f"partly written: {said}the program as handed out still opens with `raise NotImplementedError(...)`: "
+            f"delete that line to run it. The puzzle is graded once every part runs."))
     raising = match.group(2)
     said = []
     if left:

@@ -26,11 +26,13 @@ class Tampered(Exception):
     """The run's own figures do not hold together (a ledger written to from outside its bookkeeping)."""
 
 
-def audit(result, spec: PuzzleSpec) -> list[str]:
-    """What is inconsistent in a finished run's figures: the ledgers' self-audit, and the cost model."""
+def audit(result, spec: PuzzleSpec, cost=None) -> list[str]:
+    """What is inconsistent in a finished run's figures: the ledgers' self-audit, and the cost model (`cost`, the
+    run's: the spec's own unless its inputs set one, spec.cost_for)."""
     problems = [f"rank {r}'s memory ledger: {p}" for r, ledger in enumerate(result.ledgers) for p in ledger.audit()]
-    if result.cost != spec.cost:
-        problems.append(f"the run's cost model {result.cost} is not the puzzle's {spec.cost}")
+    expected = spec.cost if cost is None else cost
+    if result.cost != expected:
+        problems.append(f"the run's cost model {result.cost} is not the puzzle's {expected}")
     return problems
 
 
@@ -40,11 +42,13 @@ def observe(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation:
     if spec.job_of_launches:  # several launches that share a disk (p18)
         return spec.job(SimLauncher(spec, module, inputs, seed), inputs)
     args, rank_args = spec.launch(inputs)
+    cost = spec.cost_for(inputs)
     result = sim.run(None, spec.world_size, make_fn=rank_programs(spec, module), args=args, rank_args=rank_args,
-                     cost=spec.cost, seed=seed, timeout=spec.timeout, library_files=[model.__file__],
+                     cost=cost, seed=seed, timeout=spec.timeout, library_files=[model.__file__],
                      harness_files=HARNESS_FILES,
-                     charge_imports=not made_from_notebook(getattr(module, "__file__", None)))
-    problems = audit(result, spec)
+                     charge_imports=not made_from_notebook(getattr(module, "__file__", None)),
+                     **spec.sim_options(inputs))
+    problems = audit(result, spec, cost)
     if problems:
         raise Tampered("; ".join(problems))
     return Observation.from_sim(result)

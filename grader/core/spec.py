@@ -113,6 +113,17 @@ class PuzzleSpec:
         away)."""
         return contextlib.nullcontext()
 
+    # Part IV: a puzzle about debugging a run sets up the machine its run is on from the grading seed (where the
+    # fault sits varies with it): which rank is slow (the cost model), a collective timeout, a host.
+
+    def cost_for(self, inputs: dict) -> CostModel:
+        """The cost model of the run on these inputs (p23: the slow rank is the seed's); both backends use it."""
+        return self.cost
+
+    def sim_options(self, inputs: dict) -> dict:
+        """sim.run's Part IV options for the run (collective_timeout, trace_buffer_size, host): {} for none."""
+        return {}
+
 
 def pair_at(sequence, i: int) -> tuple:
     """sequence[i] as a pair (w1, w2) when it is one, else (None, None): what an answer handed back is read, never

@@ -19,18 +19,31 @@ from pathlib import Path
 
 from ..core.result import PuzzleResult
 
-COMPUTE, SENDS, RECEIVES = 0, 1, 2
+COMPUTE, SENDS, RECEIVES, HOST, LOADER = 0, 1, 2, 3, 4
 TRACKS = {COMPUTE: "compute", SENDS: "communication: sends and collectives", RECEIVES: "communication: receives"}
+# Part IV's tracks, drawn only for a run that has them: the host (its syncs, the batches it loads or waits for) and
+# one per data loader worker (LOADER + the worker's number)
+EXTRA_TRACKS = {HOST: "host (Python: syncs, data loading)"}
 P2P_RECEIVE = ("recv",)
 
 
 def track_of(event: dict) -> int:
     if event["stream"] == "compute":
         return COMPUTE
+    if event["stream"] == "host":
+        return HOST
+    if event["stream"] == "loader":
+        return LOADER + (event.get("peers") or (0,))[0]
     return RECEIVES if event["kind"] in P2P_RECEIVE else SENDS
 
 
+def _track_name(tid: int) -> str:
+    return TRACKS.get(tid) or EXTRA_TRACKS.get(tid) or f"data loader worker {tid - LOADER}"
+
+
 def _name(event: dict) -> str:
+    if event["stream"] in ("host", "loader"):
+        return f"{event['kind']} {event['label']}".strip()
     if event["stream"] == "compute":
         label = f" {event['label']}" if event.get("label") else ""
         return f"{event['kind']}{label}"
@@ -42,6 +55,7 @@ def _name(event: dict) -> str:
 
 def _args(event: dict) -> dict:
     keys = (("op", "flops", "product_flops", "bytes", "label", "site") if event["stream"] == "compute" else
+            ("op", "label", "site") if event["stream"] in ("host", "loader") else
             ("nbytes", "wire_bytes", "peers", "phase", "issued", "label", "site"))
     return {k: list(event[k]) if isinstance(event.get(k), tuple) else event.get(k) for k in keys if k in event}
 
@@ -55,13 +69,15 @@ def chrome_trace(result: PuzzleResult) -> dict:
     for r in ranks:
         out.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
-        for tid, name in TRACKS.items():
+        extra = sorted({track_of(e) for e in events if e["rank"] == r} - set(TRACKS))
+        for tid, name in [*TRACKS.items(), *((t, _track_name(t)) for t in extra)]:
             out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}})
             out.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}})
     for e in sorted(events, key=lambda e: (e["rank"], track_of(e), e["start"], -e["end"])):
         if e["end"] <= e["start"]:
             continue  # a zero-length event (a collective of one rank) has nothing to draw
-        out.append({"ph": "X", "name": _name(e), "cat": "compute" if e["stream"] == "compute" else "communication",
+        out.append({"ph": "X", "name": _name(e), "cat": {"compute": "compute", "host": "host",
+                                                         "loader": "data loader"}.get(e["stream"], "communication"),
                     "pid": e["rank"], "tid": track_of(e), "ts": e["start"] / 1000, "dur": (e["end"] - e["start"]) / 1000,
                     "args": _args(e)})
     for ledger in figures.get("ledgers", []):
@@ -97,6 +113,10 @@ NAMES = {"F": "forward (all compute outside backward)", "B": "backward", "W": "w
          "D": "disk", "s": "send", "r": "recv", "A": "all-reduce", "G": "all-gather", "S": "reduce-scatter",
          "X": "all-to-all", "b": "broadcast", "|": "barrier", "?": "other",
          "+": "several kinds"}
+
+
+HOST_CHARS = {"sync": "S", "load": "L", "wait for data": "w"}
+HOST_NAMES = {"S": "a sync (the host waits for the device)", "L": "loading a batch", "w": "waiting for a batch"}
 
 
 def legend(compute: str, comm: str) -> str:
@@ -154,16 +174,24 @@ def schedule_text(result: PuzzleResult, width: int = 96) -> str:
     width = -(-makespan // span)
     ranks = sorted({e["rank"] for e in events})
     lines = [f"{result.id} {result.title}: makespan {makespan:,} ticks, one column = {span:,} ticks"]
-    drawn_compute = drawn_comm = ""
+    drawn_compute = drawn_comm = drawn_host = ""
     for r in ranks:
         mine = [e for e in events if e["rank"] == r]
         compute = [e for e in mine if e["stream"] == "compute"]
         comm = [e for e in mine if e["stream"] == "comm" and e["end"] > e["start"]]
+        host = [e for e in mine if e["stream"] == "host"]
         busy = sum(e["end"] - e["start"] for e in compute)
         compute_row = _row(compute, _compute_char, 0, width, span)
         comm_row = _row(comm, lambda e: COMM_CHARS.get(e["kind"], "?"), 0, width, span, least=0, several="+")
         drawn_compute, drawn_comm = drawn_compute + compute_row, drawn_comm + comm_row
         lines.append(f"rank {r:<2} compute |{compute_row}| busy {busy / makespan:.0%}")
         lines.append(f"        comm    |{comm_row}|")
+        if host:  # Part IV: the host's syncs (S), batches it loads (L) and waits for (w)
+            host_row = _row(host, lambda e: HOST_CHARS.get(e["kind"], "?"), 0, width, span, least=0)
+            lines.append(f"        host    |{host_row}|")
+            drawn_host += host_row
     lines.append(legend(drawn_compute, drawn_comm))
+    if set(drawn_host) - {"."}:
+        lines.append("host, in any part of the column: " + "  ".join(
+            f"{c} {HOST_NAMES[c]}" for c in HOST_NAMES if c in drawn_host))
     return "\n".join(lines)

@@ -21,6 +21,13 @@ read collectives.py.
     filesystem.py   a disk shared by the ranks and the runs of a job (open, rename, torch.save), what survives a
                     crash, and a rank made to die at a chosen point (checkpoints and recovery)
 
+Part IV, debugging a run (each off unless a run asks for it; a puzzle that does not leaves its figures as they were):
+    watchdog.py         collective timeouts (init_process_group's timeout=): NCCL's watchdog on the clock
+    flight_recorder.py  each rank's ring buffer of its last communication calls (torch's Flight Recorder)
+    fr_analysis.py      a dump read as torch's fr_trace reads it: the first collective where the ranks part
+    host.py             the host that launches a rank's ops ahead of the device, and the syncs that stop it
+    loader.py           DataLoader: torch's batches, loaded by the host (num_workers=0) or by workers
+
 Data flows one way: learner code -> dist.py -> world.py/matching.py -> collectives.py moves the data ->
 memory.py and clock.py record it -> sim.run returns it. These modules meet each other only through imports
 under `if TYPE_CHECKING:` where they would otherwise go in a circle.

@@ -24,6 +24,7 @@ its op is placed, and moves the compute stream to the op's end: that is how over
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -131,14 +132,21 @@ def charge_compute(clock: RankClock, rank: int, cost_model: CostModel, cost: OpC
     """Lay one op of a rank's own code on its compute stream; return the FLOPs it counts. The harness's own ops
     (the grader's lines around the learner's: zeroing gradients, keeping results) cost nothing: they are not the
     answer's work. A backward the harness starts runs through the answer's graph, so it is charged."""
-    return charge_op(clock, rank, cost_model.compute_ticks(cost, op_dtype(out)), cost, func.overloadpacket.__name__,
-                     labels, site(), phase())
+    ticks = slowed(cost_model, rank, cost_model.compute_ticks(cost, op_dtype(out)))
+    return charge_op(clock, rank, ticks, cost, func.overloadpacket.__name__, labels, site(), phase())
+
+
+def slowed(cost_model: CostModel, rank: int, ticks: int) -> int:
+    """An op's ticks on this rank's device: k times as long on a straggler (Part IV, cost.py's slow_ranks)."""
+    if getattr(cost_model, "slow_ranks", ()):
+        return math.ceil(ticks * cost_model.slowdown(rank))
+    return ticks
 
 
 def charge_op(clock: RankClock, rank: int, ticks: int, cost: OpCost, name: str, labels: list, where: str,
               kind: str) -> int:
-    """charge_compute, for a caller that has found the op's ticks, name, line and phase already (the simulator's
-    dispatch mode finds each once per op, and keeps the ticks of each cost it meets)."""
+    """charge_compute, for a caller that has found the op's ticks (slowed for this rank), name, line and phase
+    already (the simulator's dispatch mode finds each once per op, and keeps the ticks of each cost it meets)."""
     if kind == "forward" and where.startswith("[harness]"):
         return 0
     clock.run_compute(rank, ticks, cost, kind, labels[-1] if labels else "", name, where)
@@ -246,6 +254,7 @@ def _place(clocks: list[RankClock], op: QueuedOp, start: int) -> None:
             c.free[lane] = end
         c.comm = max(c.comm, end)
         c.events.append(Event(e.rank, "comm", start=start, end=end, issued=e.issued, **e.event))
+        e.work._start = start  # Part IV: the flight recorder's time_started
         e.work._finish(end)
     for e in op.entries:  # placed: drop the links between the entries and their op (a reference cycle)
         e.op = e.work = None

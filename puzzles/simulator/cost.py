@@ -156,15 +156,24 @@ class CostModel:
     latency_ticks:  the fixed cost of one message (alpha), paid once per ring step of a collective.
     bytes_per_tick: the bandwidth of one link (1/beta); None: messages cost their latency only.
     device:         the DeviceProfile of every rank.
+    slow_ranks:     Part IV, a straggler: ((rank, k), ...), each such rank's device taking k times as long for every
+                    op (a throttled or faulty GPU; its links are as fast as the others'). k may be a Fraction.
     """
 
     latency_ticks: int = 8
     bytes_per_tick: int | None = 512
     device: DeviceProfile = PUZZLE_GPU
+    slow_ranks: tuple = ()
 
     def __post_init__(self):
         if self.latency_ticks < 0 or (self.bytes_per_tick is not None and self.bytes_per_tick <= 0):
             raise ValueError(f"CostModel needs a positive bandwidth and a non-negative latency, got {self}")
+        if any(len(pair) != 2 or Fraction(pair[1]) < 1 for pair in self.slow_ranks):
+            raise ValueError(f"slow_ranks holds (rank, k) pairs with k >= 1, got {self.slow_ranks}")
+
+    def slowdown(self, rank: int) -> Fraction:
+        """How many times as long rank's device takes for an op (1 but for a straggler)."""
+        return next((Fraction(k) for r, k in self.slow_ranks if r == rank), Fraction(1))
 
     def compute_ticks(self, cost: OpCost, dtype: torch.dtype | None = None) -> int:
         return self.device.compute_ticks(cost, dtype)
@@ -208,7 +217,8 @@ class CostModel:
 
     def describe(self) -> str:
         link = "free" if self.bytes_per_tick is None else f"{self.bytes_per_tick:,} bytes/tick"
-        return f"{self.device.describe()}; messages {self.latency_ticks} ticks of latency, links {link}"
+        slow = "".join(f"; rank {r}'s device {Fraction(k)}x slower" for r, k in self.slow_ranks)
+        return f"{self.device.describe()}; messages {self.latency_ticks} ticks of latency, links {link}{slow}"
 
     def _wire(self, nbytes, parts: int = 1) -> int:
         """Ticks to send nbytes / parts bytes over one link, rounded up to a whole tick."""

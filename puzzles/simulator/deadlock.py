@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import watchdog
 from .collectives import _Collective, _P2P
 from .types import CollectiveMismatchError, DeadlockError, SimError
 
@@ -22,6 +23,9 @@ class _Diagnosis:
     """World's account of a deadlock."""
 
     def _stuck_error(self) -> SimError:
+        return watchdog.timed_out(self, self._why_stuck())  # Part IV: with a collective timeout, the watchdog's
+
+    def _why_stuck(self) -> SimError:
         mismatch = self._group_mismatch()
         if mismatch:
             return CollectiveMismatchError(mismatch)

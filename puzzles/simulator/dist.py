@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import watchdog
 from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _all_to_all, _all_to_all_single,
                           _broadcast, _Call, _nothing, _reduce_scatter_tensor)
 from .handles import _overlaps
@@ -85,6 +86,7 @@ class SimDist:
 
         def make_group(calls):
             group = ProcessGroup(world, len(world.groups), members)
+            group.timeout, group.desc = watchdog.ticks_of(timeout), group_desc  # Part IV: its own timeout
             world.groups.append(group)
             for c in calls:
                 c.group_made = group

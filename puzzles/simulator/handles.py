@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import watchdog
 from .mode import _tensors_in, _tensors_out
 from .types import InFlightError, IsolationError, Work, WorkError, _desc
 
@@ -138,6 +139,8 @@ class _Handles:
             finally:
                 me.wait_site = ""
         me.clock.compute = max(me.clock.compute, work._end)
+        if getattr(work, "_timeout", None) is not None:  # Part IV: a partner later than the timeout
+            watchdog.on_wait(self, me, work)
         work._waited = True
         me.inflight = [x for x in me.inflight if x[4] is not work]
         if work in me.unwaited:

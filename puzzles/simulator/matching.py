@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import watchdog
 from .clock import Queued, QueuedOp, phase, place_out_of_order, place_ready
 from .collectives import _Call, _Collective, _P2P
 from .deadlock import _doing, _lines
@@ -68,6 +69,8 @@ class _Matching:
                 self._check_access(me, t, True, call.name)
         seq = me.seq.get(group.id, 0)
         me.seq[group.id] = seq + 1
+        if me.host is not None:  # Part IV: the host issues the call (host.py)
+            me.host.launch(me.clock)
         call.rank, call.issued = me.rank, me.clock.compute
         call.site, call.callers = self.sites.here_and_callers()
         call.phase = phase()
@@ -85,6 +88,7 @@ class _Matching:
         call.work = work
         if call.name != "new_group":  # bookkeeping, not traffic: it takes no place in the queue
             call.queued = self._issue(me, work, ("send", "recv"))
+            watchdog.on_issue(self, me, work, group, call=call)  # Part IV: its timeout, the flight recorder
         coll.calls[me.rank] = call
         if async_op:
             self._mark_inflight(me, work, call.reads, call.writes, call.name)
@@ -111,6 +115,7 @@ class _Matching:
             f"ranks met in {coll.where()} with different arguments: {diff}. Every rank of the group must make the "
             f"same collective call with tensors of the same shape and dtype (torch.distributed would hang or "
             f"silently compute garbage here).")
+        watchdog.on_mismatch(self, call, coll.group)  # Part IV: the flight recorder keeps the call that parted
         with self._mutex:
             self._fail_locked(error)
         raise _Abort
@@ -221,11 +226,14 @@ class _Matching:
             self._check_access(me, tensor, kind == "recv", kind)
         site, callers = self.sites.here_and_callers()
         me.last_site = site
+        if me.host is not None:  # Part IV: the host issues the call (host.py)
+            me.host.launch(me.clock)
         work = Work(self, me.rank, kind, site)
         p = _P2P(kind, me.rank, peer, tag, group, tensor, me.clock.compute, site, work, phase(), callers)
         work._describe = lambda: p.describe() + _doing(p.phase, me)
         p.queued = self._issue(me, work, (kind,))
         p.label = me.labels[-1] if me.labels else ""
+        watchdog.on_issue(self, me, work, group, p2p=p)  # Part IV: its timeout, the flight recorder
         if kind == "send":
             match = next((r for r in self.recvs if r.accepts(p)), None)
             pair = (p, match)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import guards
-from .clock import _RECORD_ENTER, _RECORD_EXIT, FREE, charge_op, follow_labels, op_dtype
+from . import guards, host
+from .clock import _RECORD_ENTER, _RECORD_EXIT, FREE, charge_op, follow_labels, op_dtype, slowed
 from .guards import storages_of
 from .memory import AT_IMPORT
 from .op_costs import OpCost, cost_parts, rule_for
@@ -152,6 +152,8 @@ class _RankMode(TorchDispatchMode):
             for st in stores or storages_of(t, me):
                 storage.see(st, rank, allocated)
         if rule is FREE:
+            if me.host is not None:  # Part IV: an op whose result the host must see is a sync (host.py)
+                host.after_op(me, world, func, args, kwargs)
             return out
         parts = cost_parts(rule, func, args, kwargs, out)
         dtype = out.dtype if type(out) is _TENSOR else op_dtype(out)  # (op_dtype's common case)
@@ -159,8 +161,12 @@ class _RankMode(TorchDispatchMode):
         if charged is None:
             cost = OpCost(*parts)
             charged = self.costs[parts, dtype] = (cost, world.cost.compute_ticks(cost, dtype))
-        me.flops += charge_op(me.clock, rank, charged[1], charged[0], op.name, me.labels, where,
-                              "forward" if node is None else "backward")
+        if me.host is not None:  # Part IV: the host launches the op, ahead of the device (host.py)
+            host.on_op(me, world, func, True)
+        me.flops += charge_op(me.clock, rank, slowed(world.cost, rank, charged[1]), charged[0], op.name, me.labels,
+                              where, "forward" if node is None else "backward")
+        if me.host is not None:  # Part IV: an op whose result the host must see is a sync
+            host.after_op(me, world, func, args, kwargs)
         return out
 
     def _while_loading(self, func, args, kwargs):

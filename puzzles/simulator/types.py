@@ -28,6 +28,12 @@ class DeadlockError(SimError):
     """Every rank that has not returned is blocked waiting for another: none can ever proceed."""
 
 
+class CollectiveTimeoutError(DeadlockError):
+    """A communication call did not complete within its group's timeout (sim.run's collective_timeout, the mirror
+    of init_process_group's timeout=), as NCCL's watchdog reports it: either the ranks parted and it can never
+    complete (a deadlock), or a partner arrived later than the timeout allows (watchdog.py)."""
+
+
 class CollectiveMismatchError(SimError):
     """Ranks met in one collective with different ops, shapes, dtypes, reduce ops, roots or groups."""
 

@@ -25,7 +25,7 @@ import time
 import torch
 from torch._C import _DisableTorchDispatch
 
-from . import guards
+from . import guards, host, watchdog
 from .clock import CostModel, RankClock
 from .collectives import _Collective, _P2P
 from .deadlock import _Diagnosis
@@ -69,6 +69,7 @@ class _RankState:
         self.items_read = 0  # numbers read out of tensors one at a time (guards.py)
         self.last_site = ""
         self.site = lambda: "?"  # the learner's line now (set by World: SiteFinder.here)
+        self.host = None  # Part IV: the rank's host timeline (host.py), when the run has one
 
 
 class World(_Matching, _Handles, _Diagnosis, _Failures):
@@ -85,6 +86,9 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         self.sites = SiteFinder(library_files, harness_files)
         self.sites.bottom = World._run_rank.__code__
         self.charge_imports = True  # tensors make_fn's import makes are charged (sim.run's charge_imports)
+        self.collective_timeout: int | None = None  # Part IV (watchdog.py): ticks a call may take, None: forever
+        self.flight = None  # Part IV: the flight recorder (flight_recorder.py), when sim.run turns it on
+        self.host_profile = None  # Part IV: the ranks' host (host.py), when sim.run gives them one
         self.ops: dict = {}  # an OpOverload's _op -> what the dispatch mode needs to know of it (mode._Op)
         self.costs: dict = {}  # ((FLOPs, bytes, class), dtype) -> (OpCost, ticks) of the ops met (mode.py)
         for r in self.ranks:
@@ -299,6 +303,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         gc_was_enabled = gc.isenabled()
         gc.disable()  # frees by reference counting only, so the ledger is the same on every run
         guards.install(self.guard_caller)
+        if self.host_profile is not None:  # Part IV: the tensor methods that copy data to the host are syncs
+            host.install()
         try:
             for r in self.ranks:
                 torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
@@ -313,15 +319,17 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             self._supervise()
         finally:
             self.ended = True
+            if self.host_profile is not None:
+                host.uninstall()
             guards.uninstall(self.guard_caller)
             torch.set_rng_state(main_rng)
             torch.set_num_threads(main_threads)
             if gc_was_enabled:
                 gc.enable()
         if self.rank_errors:
-            raise self._rank_error()
+            raise watchdog.on_error(self, self._rank_error())  # Part IV: the error carries the flight recorder
         if self.error is not None:
-            error = self.error
+            error = watchdog.on_error(self, self.error)
             if self.failed_rank is not None:
                 _note(error, f"(raised on rank {self.failed_rank} of {self.size}; the other ranks were stopped)")
                 try:

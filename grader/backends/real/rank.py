@@ -55,7 +55,7 @@ class PuzzleTask:
             inputs = spec.make_inputs(self.seed)
             args, rank_args = spec.launch(inputs)
             per_rank = tuple(rank_args[rank]) if rank_args is not None else ()
-            yield spec.program(module), (*args, *per_rank), spec.cost, self.path
+            yield spec.program(module), (*args, *per_rank), spec.cost_for(inputs), self.path
 
     @property
     def harness_files(self) -> tuple:

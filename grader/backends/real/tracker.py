@@ -144,6 +144,41 @@ def _through_private_buffers(func, args, kwargs, writes: bool = True):
     return _done_work()
 
 
+def _async_through_private_buffers(func, args, kwargs):
+    """An async all-reduce on private copies, as _through_private_buffers runs a blocking op, for the same reason:
+    each of gloo's worker threads keeps the last work it ran until it runs another, so a gradient the learner drops
+    after wait() (w.grad = None after an all-reduce launched from a hook) would leave the ledger only during the
+    next step's backward, where the simulator frees it at once. Here gloo's work holds the copies; the result is
+    copied into the learner's tensors when gloo's work completes, and the work handed to the caller completes only
+    after that copy, so wait() gives what it gives on gloo."""
+    tensors = [t for a in args for t in _flat_tensors(a)]
+    if _done_work is None or not tensors or not all(t.is_contiguous() for t in tensors) or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return func(*args, **kwargs)
+    copies: dict = {}
+    out = func(*[_swap(a, copies) for a in args], **kwargs)
+    pairs = [copies[id(t)] for t in _flat_tensors(args[0])]
+    done = torch.futures.Future()
+
+    def deliver(finished):
+        try:
+            finished.wait()
+            for learner, copy in pairs:
+                learner.data.copy_(copy)  # in gloo's thread: no rank's ledger or clock sees it (a delivery)
+            done.set_result(None)
+        except Exception as exc:  # gloo's own error (a timeout): the caller's wait() raises it
+            done.set_exception(exc)
+
+    work = out[-1]
+    if isinstance(work, torch.ScriptObject):  # a dispatcher op returns the TorchScript form
+        work = dist.Work.unbox(work)
+    work.get_future().add_done_callback(deliver)
+    back = {id(copy): learner for learner, copy in copies.values()}
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    return type(out)((*_unswap(tuple(out[:-1]), back), _create_work_from_future(done).boxed()))
+
+
 def _done_work():
     future = torch.futures.Future()
     future.set_result(None)
@@ -326,6 +361,8 @@ class ProcessTracker(TorchDispatchMode):
         self.waiting = {"kind": kind, "peer": peer, "site": site}  # what this rank waits in, should it hang
         if name != "recv_any_source_" and _blocking(func, args, kwargs):
             out = _through_private_buffers(func, args, kwargs, writes=kind not in ("send", "barrier"))
+        elif name == "allreduce_":
+            out = _async_through_private_buffers(func, args, kwargs)
         else:
             out = func(*args, **kwargs)
             if name in DELIVERED_BY_COPY:  # gloo writes its first argument later, in wait(), by a copy_

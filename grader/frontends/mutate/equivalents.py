@@ -19,6 +19,9 @@ from pathlib import Path
 from .source import Mutant
 
 
+P20_LOOP = "for start in range(0, rows.shape[0], MICRO):  # as many microbatches as this rank has: no collective inside"
+
+
 @dataclass(frozen=True)
 class Equivalent:
     puzzle: str
@@ -359,4 +362,39 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "the flat gradient then lives until step() returns instead of until the reduce-scatter is done "
                "(+8·Ψ_r: the peak during the update, which p19 does not budget), and is freed when step() returns, "
                "as the text asks; the optimizer state kept between steps is unchanged"),
+    Equivalent("p20", "off-by-one", P20_LOOP, P20_LOOP.replace("rows.shape[0], MICRO", "rows.shape[0] + 1, MICRO"),
+               "when a rank's real rows are a multiple of 4, one more microbatch of no row: its loss is 0 and its "
+               "backward adds zeros; no collective inside the loop, so the ranks' calls stay the same", occurrence=1),
+    Equivalent("p20", "reverse-order", P20_LOOP, f"for start in reversed(range(0, rows.shape[0], MICRO)):  "
+               f"{P20_LOOP.split(':  ', 1)[1]}",
+               "the microbatches' gradients added into w.grad in the other order: the same sum, to rounding (1e-16)",
+               occurrence=1),
+    Equivalent("p20", "swap-statements", "dist.all_reduce(n)  # every rank's real rows: the loss is their mean",
+               "total = torch.zeros((), dtype=torch.float64)",
+               "two independent statements: the running loss starts at zero before or after the count is all-reduced",
+               occurrence=1),
+    Equivalent("p20", "swap-statements", "for w in weights:", "dist.all_reduce(total)",
+               "the loss's all-reduce before the gradients' instead of after: every rank makes the same calls in "
+               "the same order either way, and neither depends on the other", occurrence=1),
+    Equivalent("p20", "swap-statements", "dist.all_reduce(total)", "with torch.no_grad():",
+               "the loss's all-reduce after the update instead of before: the update reads only the gradients, and "
+               "every rank makes the same calls in the same order", occurrence=1),
+    Equivalent("p20", "drop-detach", "total += loss.detach()", "total += loss",
+               "the running loss joins the graph, whose saved tensors backward has already freed: the same values "
+               "and the same memory (the harness keeps a detached copy)", occurrence=1),
+    Equivalent("p20", "in-place", "total += loss.detach()", "total = total + loss.detach()",
+               "a scalar rebound to a new scalar with the same value", occurrence=1),
+    Equivalent("p21", "swap-args", "loss = loss_fn(forward(x, layers), target)",
+               "loss = loss_fn(target, forward(x, layers))", _SYMMETRIC_LOSS),
+    Equivalent("p21", "drop-detach", "logged = loss.detach().clone()", "logged = loss.clone()",
+               "the logged loss stays in its graph, whose saved tensors backward has already freed: the same values "
+               "and the same memory, all-reduced in place all the same, and still no sync (the harness keeps a "
+               "detached copy)"),
+    Equivalent("p21", "drop-clone", "logged = loss.detach().clone()", "logged = loss.detach()",
+               "the loss's own storage all-reduced in place: backward has already run, and nothing reads the loss "
+               "again, so the logged value is the same with one 8-byte copy less"),
+    Equivalent("p21", "swap-statements", "dist.all_reduce(logged)  # the whole batch's loss, for the log: 8 bytes, "
+               "on the device, no sync", "losses.append(logged)",
+               "the list holds the tensor itself, which the blocking all-reduce then writes in place: appended "
+               "before or after, the list ends up with the same values", occurrence=1),
 )
