@@ -3,7 +3,9 @@ tensors with the costs of real GPUs and their network, and what it says. In the 
 
   1. the model and the run
     config.py           the configuration: model, parallelism, recomputation, cluster
-    presets.py          the published runs it is validated against (Korthikanti et al. 2022, torchtitan's Llama 3.1 8B)
+    presets.py          the published runs as configurations (Korthikanti et al. 2022, Narayanan et al. 2021,
+                        MT-NLG 530B, torchtitan's Llama 3.1 8B)
+    published.py        their measured figures, their sources, and the split into a fitting and a held-out set
     tensor_parallel.py  Megatron's column- and row-parallel products, with and without sequence parallelism
     gpt.py              one tensor-parallel rank's slice of Megatron-LM's GPT: layers, embedding, head and loss
     llama.py            torchtitan's Llama 3 step with FSDP

@@ -17,6 +17,8 @@ dropout masks 1 byte.
         master weights and Adam's two moments 12), 12·h²·L/(t·p) weights per GPU (the layers' products)
     model FLOPs of one step: 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)), B the global batch (Narayanan et al.,
         appendix); MFU = those FLOPs / (step time · peak · GPUs)
+    the FLOPs Narayanan et al.'s Table 1 counts a step, recomputation's forward included (their equation 3):
+        96·B·s·L·h²·(1 + s/(6h) + V/(16·h·L))
     bubble: (p - 1)/(v·m + p - 1) of the step (Narayanan et al., section 2.2)
 """
 
@@ -65,6 +67,14 @@ def model_flops(cfg: Config) -> int:
     m, par = cfg.model, cfg.parallel
     s, h, L = m.seq, m.hidden, m.layers
     return int(72 * par.global_batch * s * L * h * h * (1 + Fraction(s, 6 * h) + Fraction(m.vocab, 12 * h * L)))
+
+
+def narayanan_flops(cfg: Config) -> int:
+    """96·B·s·L·h²·(1 + s/(6h) + V/(16·h·L)): Narayanan et al.'s equation 3, the FLOPs their Table 1's
+    throughput counts (with full recomputation's second forward)."""
+    m, par = cfg.model, cfg.parallel
+    s, h, L = m.seq, m.hidden, m.layers
+    return int(96 * par.global_batch * s * L * h * h * (1 + Fraction(s, 6 * h) + Fraction(m.vocab, 16 * h * L)))
 
 
 def bubble(cfg: Config) -> Fraction:
