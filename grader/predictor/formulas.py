@@ -11,6 +11,9 @@ dropout masks 1 byte.
         + sequence parallel                      s·b·h/t·(34 + 5·a·s/h)
         + selective recomputation                s·b·h/t·34               (without SP: s·b·h·(10 + 24/t))
         full recomputation                       2·s·b·h                  (the layer's input; under SP /t)
+      without dropout (the paper counts it): no 1-byte masks (2·s·b·h for the two after the products, a·s²·b
+      in the attention) and no dropout output in the attention (2·a·s²·b): 34 -> 32 (10 -> 8) and
+      5·a·s/h -> 2·a·s/h, the softmax's output kept once for its backward and the product with v
     the first pipeline stage holds the most: L/p layers for each of the p microbatches 1F1B keeps in flight, L
     layers in all; interleaved, L·(1 + (p-1)/(p·v)) (Korthikanti et al., section 4.2.3)
     weights and optimizer state: 18 bytes per weight (half-precision weights 2, float32 gradients 4, float32
@@ -37,10 +40,11 @@ def activation_bytes_per_layer(cfg: Config) -> Fraction:
     sbh = Fraction(s * b * h)
     if cfg.recompute == "full":
         return 2 * sbh / (t if par.sequence_parallel else 1)
-    attention = 0 if cfg.recompute == "selective" else Fraction(5 * a * s, h)
+    masks = 2 if cfg.dropout > 0 else 0  # the two 1-byte dropout masks after the products
+    attention = 0 if cfg.recompute == "selective" else Fraction((5 if cfg.dropout > 0 else 2) * a * s, h)
     if par.sequence_parallel:
-        return sbh / t * (34 + attention)
-    return sbh * (10 + Fraction(24, t) + attention / t)
+        return sbh / t * (32 + masks + attention)
+    return sbh * (8 + masks + Fraction(24, t) + attention / t)
 
 
 def layers_in_flight(cfg: Config, stage: int = 0) -> int:

@@ -62,8 +62,12 @@ def megatron(name: str, mode: str) -> Config:
     "none" (no recomputation, no SP: Figure 1's baseline, whose time was not published)."""
     model, t, p, v, mb, gb, _ = MEGATRON[name]
     sp, recompute = {"full": (False, "full"), "seqsel": (True, "selective"), "none": (False, "none")}[mode]
+    # Megatron-LM of 2022 (55ba1f7, 2022-05-26): the backward's tensor-parallel collectives asynchronous
+    # (--no-async-tensor-model-parallel-allreduce unset; SP's own), float32 main_grad with the fused
+    # accumulation (Figure 1's 18 bytes a weight); D = 1, so no data-parallel reduction
     return Config(model, Parallel(tensor=t, pipeline=p, virtual=v, microbatch=mb, global_batch=gb,
-                                  sequence_parallel=sp), recompute=recompute, cluster="a100")
+                                  sequence_parallel=sp), recompute=recompute, cluster="a100", tp_overlap=True,
+                  grad_dtype="float32")
 
 
 @dataclass(frozen=True)
@@ -100,14 +104,19 @@ NARAYANAN = {
 
 def narayanan(name: str) -> Config:
     """A row of Narayanan et al.'s Table 1 as Megatron-LM's script ran it: full recomputation
-    (--activations-checkpoint-method uniform, one layer a checkpoint), fp16."""
+    (--activations-checkpoint-method uniform, one layer a checkpoint), fp16 (CONFIG.sh), dropout 0.1 (the
+    default). The code of the time (a8d172b, 2021-04-28) kept fp16 gradients (no --accumulate-allreduce-grads-
+    in-fp32), waited for each tensor-parallel collective where issued (the asynchronous all-reduce came in
+    2021-09) and, with --DDP-impl local, all-reduced the gradients after the pipeline had drained
+    (training.py's train_step); --DDP-impl torch is PyTorch's DDP, buckets all-reduced during the backward."""
     r = NARAYANAN[name]
     per_stage = r.layers // r.pipeline
     virtual = per_stage // r.layers_per_virtual_stage if r.layers_per_virtual_stage else 1
     data = r.gpus // (r.tensor * r.pipeline)
     model = Model(f"GPT {name}", layers=r.layers, hidden=r.hidden, heads=r.heads, seq=2048, vocab=51200)
     return Config(model, Parallel(tensor=r.tensor, pipeline=r.pipeline, data=data, virtual=virtual,
-                                  microbatch=r.microbatch, global_batch=r.batch), recompute="full", cluster="a100")
+                                  microbatch=r.microbatch, global_batch=r.batch), recompute="full", cluster="a100",
+                  tp_overlap=False, grad_dtype="half", dp_overlap=r.ddp == "torch")
 
 
 MT_NLG_NODES = (280, 350, 420)  # DGX A100 nodes of Smith et al.'s section 2.4
@@ -116,9 +125,11 @@ MT_NLG_NODES = (280, 350, 420)  # DGX A100 nodes of Smith et al.'s section 2.4
 def mt_nlg(nodes: int) -> Config:
     """Megatron-Turing NLG 530B on `nodes` DGX A100s: t = 8 inside a node, p = 35, D = nodes / 35, global batch
     1920. Not in section 2.4, set here: microbatch 1, DeepSpeed's pipeline (1F1B, no interleaving), full
-    recomputation, Megatron's vocabulary padded to 51200 (GPT-2's 50257 to a multiple of 128·t)."""
+    recomputation, Megatron's vocabulary padded to 51200 (GPT-2's 50257 to a multiple of 128·t), and the
+    Megatron-LM of 2021 it forked: fp16 gradients all-reduced after the pipeline has drained, tensor-parallel
+    collectives waited for where issued."""
     return Config(GPT_530B, Parallel(tensor=8, pipeline=35, data=nodes // 35, microbatch=1, global_batch=1920),
-                  recompute="full", cluster="a100")
+                  recompute="full", cluster="a100", tp_overlap=False, grad_dtype="half", dp_overlap=False)
 
 
 LLAMA_31_8B = Model("Llama 3.1 8B", layers=32, hidden=4096, heads=32, seq=8192, vocab=128256, ffn=14336, kv_heads=8,
@@ -127,10 +138,12 @@ LLAMA_31_8B = Model("Llama 3.1 8B", layers=32, hidden=4096, heads=32, seq=8192, 
 
 def torchtitan_llama8b(gpus: int = 8) -> Config:
     """torchtitan's Llama 3.1 8B on `gpus` H100s of Grand Teton hosts: FSDP over all of them, local batch 2 of
-    8,192 tokens, selective (op) activation checkpointing, bfloat16, no dropout."""
+    8,192 tokens, selective (op) activation checkpointing, bfloat16 with float32 gradient reduction (FSDP2's
+    MixedPrecisionPolicy as torchtitan sets it), no dropout; FSDP2 prefetches the next all-gather and leaves
+    each reduce-scatter running on a stream of its own."""
     return Config(LLAMA_31_8B, Parallel(data=gpus, microbatch=2, global_batch=2 * gpus), recompute="selective",
                   cluster="h100-grand-teton", dtype="bfloat16", dropout=0.0, data_parallel="fsdp",
-                  overlap_communication=True)
+                  fsdp_overlap=True)
 
 
 def presets() -> dict[str, Config]:
