@@ -61,10 +61,11 @@ def test_a_long_pipeline_is_read_off_the_line_unless_every_microbatch_is_asked_f
     code, out, err = run_cli(capsys, *many, "--every-microbatch")
     assert code == 0, err
     every = json.loads(out)
-    assert (line["line_through"], every["line_through"]) == ([2, 4], [])
+    assert (line["line_through"], every["line_through"]) == ([[2, 2], [2, 4]], [])
     assert line["step_seconds"] == every["step_seconds"] and line["memory"] == every["memory"]
     code, out, err = run_cli(capsys, *many[:-1])
-    assert "runs of 2 and 4 microbatches: the step of 8 is read off the line" in out
+    assert "runs of 2 stages x 2, 2 stages x 4 microbatches: the step of 8 is read off the line" in out
+    assert "run 1 of 2: 2 stages, 2 microbatches" in err  # the progress of each simulated run
 
 
 def test_an_impossible_configuration_is_a_usage_error(capsys):
@@ -80,6 +81,24 @@ def test_a_preset_changed_by_options():
     cfg = config_from_args(args)
     assert cfg.parallel.global_batch == 16 and not cfg.parallel.sequence_parallel
     assert cfg.model == megatron("175B", "seqsel").model and cfg.recompute == "selective"
+    # the physics flags: what overlaps, the gradients' dtype, dropout
+    args = cli.parser().parse_args(["predict", "--preset", "megatron-175b-seqsel", "--no-tp-overlap",
+                                    "--no-dp-overlap", "--grad-dtype", "half", "--dropout", "0",
+                                    "--no-fsdp-overlap"])
+    cfg = config_from_args(args)
+    assert (cfg.tp_overlap, cfg.dp_overlap, cfg.grad_dtype, cfg.dropout, cfg.fsdp_overlap) == (
+        False, False, "half", 0.0, False)
+    assert config_from_args(cli.parser().parse_args(["predict", "--preset", "narayanan-1.7b"])).dp_overlap
+
+
+def test_help_shows_the_flags_and_what_a_prediction_costs(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["predict", "--help"]) if hasattr(cli, "main") else cli.parser().parse_args(["predict", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for flag in ("--tp-overlap", "--no-tp-overlap", "--dp-overlap", "--no-dp-overlap", "--grad-dtype",
+                 "--fsdp-overlap", "--no-fsdp-overlap", "--dropout"):
+        assert flag in out
+    assert "What a prediction costs to compute" in out and "bench/SCALE.md measures each preset" in out
 
 
 def test_coarse_events_keep_the_gaps_a_chart_can_show():
