@@ -21,6 +21,13 @@ Nothing here is fitted to any published run (bench/SCALE.md, grader/predictor/pu
       vector  by the GFLOPs of one other op:     >= 16: 0.95    >= 1: 0.5    else 0.1
       memory  by the MB an op reads and writes:  >= 100: 0.9    >= 10: 0.75  >= 1: 0.6    else 0.3
 
+    attention on the H100 (the flash kernel torchtitan's Llama runs: PyTorch's scaled_dot_product_attention of
+      late 2024 tries its flash backend, FlashAttention-2, first): FlashAttention-2 reaches "only 35%
+      utilization on the H100 GPU" (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, abstract), counting a
+      causal attention's FLOPs without its masked half; the simulator counts them with it (op_costs.py's
+      _attention), so such an op runs at 0.70 of the peak on that count. Calculon has no flash kernel (its
+      attention is two GEMMs on the matrix curve), and the GPT's attention here is two products, on the curve.
+
     processing mode (Calculon's "no_overlap", calculon/system.py get_processing_time): an op takes the time of
       its arithmetic plus the time of its memory traffic, each at its achieved fraction of peak; not the
       roofline's larger of the two. A GEMM then pays for reading its operands and writing its result on top of
@@ -57,6 +64,7 @@ class CalculonDevice(DeviceProfile):
     (`processing` "no_overlap"), or the larger of the two ("roofline", cost.py's own rule)."""
 
     processing: str = PROCESSING_SUM
+    attention: Fraction | None = None  # the fraction of peak a flash-attention op reaches, when not the curve's
 
     def _achieved_ticks(self, cost, dtype) -> int:
         if self.processing == PROCESSING_ROOFLINE:
@@ -71,6 +79,8 @@ class CalculonDevice(DeviceProfile):
         rate = self.flops_per_tick * ((self.half_precision_speedup if product else eff.vector_half_speedup)
                                       if half else 1)
         arithmetic = Efficiency.at(eff.matrix if product else eff.vector, cost.flops / 1e9)
+        if cost.kind == "attention" and self.attention is not None:
+            arithmetic = Fraction(self.attention)
         memory = Efficiency.at(eff.memory, cost.bytes / 1e6)
         return (-(-cost.flops * arithmetic.denominator // (rate * arithmetic.numerator)),
                 -(-cost.bytes * memory.denominator // (self.memory_bytes_per_tick * memory.numerator)))
@@ -89,10 +99,13 @@ A100_80GB = CalculonDevice(
     efficiency=Efficiency(**CALCULON_CURVES, vector_half_speedup=4))  # 78 / 19.5 TFLOP/s
 A100_80GB_ROOFLINE = dataclasses.replace(A100_80GB, name="A100 SXM 80GB (roofline)", processing=PROCESSING_ROOFLINE)
 
+FLASH_ATTENTION_2_H100 = 2 * Fraction("0.35")  # of peak, on the simulator's count of a causal attention's FLOPs
+
 H100_SXM = CalculonDevice(
     "H100 SXM 80GB", flops_per_tick=67_000, memory_bytes_per_tick=3_350, launch_ticks=0,
     half_precision_speedup=Fraction(989, 67),
-    efficiency=Efficiency(**CALCULON_CURVES, vector_half_speedup=Fraction(120, 67)))
+    efficiency=Efficiency(**CALCULON_CURVES, vector_half_speedup=Fraction(120, 67)),
+    attention=FLASH_ATTENTION_2_H100)
 
 H100_GRAND_TETON = dataclasses.replace(H100_SXM, name="H100 SXM 96GB HBM2e (Grand Teton, 500 W)",
                                        memory_bytes_per_tick=2_400)

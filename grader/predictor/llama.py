@@ -181,7 +181,9 @@ def make_unit(shapes: dict, n: int, device) -> Unit:
 
 
 class Gathered:
-    """A unit's weights all-gathered in bfloat16: issued now (asynchronously), waited for when used."""
+    """A unit's weights all-gathered in bfloat16: issued now (asynchronously), waited for when used, then copied
+    out of the all-gather's buffer into the unit's parameters (FSDP2's foreach_all_gather_copy_out, one
+    split_with_sizes_copy over the whole buffer; the buffer is freed after it)."""
 
     def __init__(self, unit: Unit, group: TensorParallel):
         self.unit = unit
@@ -191,6 +193,7 @@ class Gathered:
         if self.handle is not None:
             self.handle.wait()
             self.handle = None
+            self.flat = self.flat.clone()  # the copy-out
         flat = self.flat.detach().requires_grad_(requires_grad)
         self.leaf, out, at = flat, {}, 0
         for name, shape in self.unit.shapes.items():
