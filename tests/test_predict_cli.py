@@ -244,3 +244,16 @@ def test_the_notebooks_at_scale_section_runs_the_learners_answers_or_says_whose_
     assert "your puzzle 11's" in runs[0][1].answer_notes[0] and "your puzzle 14's" in runs[1][1].answer_notes[0]
     # no recomputation at GPT-3's size: the first stage's memory is over the A100's 80 GB
     assert runs[0][1].memory[0]["peak"] > 80 * 2**30 > runs[1][1].memory[0]["peak"]
+
+
+def test_a_llama_report_names_no_gpt_formula_and_its_published_run_is_named(capsys):
+    """The Llama step's report prints no Korthikanti et al. formula (it counts Megatron's GPT layer); a preset run
+    unchanged names its published figure and source."""
+    code, out, err = run_cli(capsys, "--preset", "torchtitan-llama3-8b", "--layers", "2")
+    assert code == 0, err
+    assert "Korthikanti" not in out and "FSDP over all 8" in out and "tokens/s per GPU" in out
+    assert "published" not in out.split("MFU")[0]  # a changed preset is no published run
+    code, out, err = run_cli(capsys, "--preset", "megatron-22b-seqsel")
+    assert code == 0, err
+    assert "Korthikanti et al. 2022 (arXiv 2205.05198v1), Table 5" in out
+    assert "Figure 1, the same formula evaluated" in out
