@@ -134,6 +134,7 @@ class ClusterCostModel(CostModel):
     placement: Placement = field(default_factory=lambda: Placement(()))
     windows: Windows = field(default_factory=Windows, compare=False, repr=False)
     shared: bool = True
+    _ticks: dict = field(default_factory=dict, compare=False, repr=False)  # comm_ticks by its arguments
 
     def __post_init__(self):
         super().__post_init__()
@@ -154,10 +155,15 @@ class ClusterCostModel(CostModel):
         return self.windows.charge(ticks) if self.shared else ticks
 
     def comm_ticks(self, kind: str, nbytes: int, group_size: int, ranks: tuple | None = None) -> int:
-        gpus = self.placement.group(tuple(ranks)) if ranks is not None else tuple(range(group_size))
-        if kind in GATHER_KINDS and len(gpus) != group_size and group_size:
-            nbytes = nbytes * len(gpus) // group_size  # one piece per GPU: the rank ran it on its own piece
-        return self.cluster.link(gpus).ticks(kind, nbytes, len(gpus), self.device)
+        key = (kind, nbytes, group_size, None if ranks is None else tuple(ranks))
+        ticks = self._ticks.get(key)
+        if ticks is None:  # a step asks for the same few thousand times: worked out once (measured: a fifth of
+            # a rank's time, in Fractions)
+            gpus = self.placement.group(key[3]) if ranks is not None else tuple(range(group_size))
+            if kind in GATHER_KINDS and len(gpus) != group_size and group_size:
+                nbytes = nbytes * len(gpus) // group_size  # one piece per GPU: the rank ran it on its own piece
+            ticks = self._ticks[key] = self.cluster.link(gpus).ticks(kind, nbytes, len(gpus), self.device)
+        return ticks
 
     def in_flight(self, handle, kind: str, nbytes: int, ranks: tuple):
         """`handle`'s collective (of `kind` on `nbytes`, among the simulated `ranks`) runs from now under this
