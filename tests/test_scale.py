@@ -25,7 +25,7 @@ from grader.predictor.presets import megatron, narayanan, presets
 from grader.predictor.schedule import order
 from grader.predictor.cluster import DGX_A100, Cluster, ClusterCostModel, Link, Placement
 from puzzles.simulator.cost import PUZZLE_GPU, DeviceProfile, Efficiency
-from grader.predictor.devices import A100_80GB, A100_80GB_ROOFLINE
+from grader.predictor.devices import A100_80GB, A100_80GB_ROOFLINE, A100_80GB_UNFITTED, A100_FITTED
 from puzzles.simulator.op_costs import PRODUCTS, OpCost
 
 
@@ -290,12 +290,15 @@ def test_fsdp_overlap_leaves_the_first_gathers_and_the_last_reductions_exposed(o
 
 def test_efficiency_curves_charge_a_product_at_its_size():
     """Calculon's processing mode: an op takes its arithmetic time plus its memory time, each at the fraction of
-    peak its size achieves; the roofline variant takes the larger."""
+    peak its size achieves; the roofline variant takes the larger; the fitted A100 reaches A100_FITTED of the
+    curve's matrix efficiency, and only there."""
     gemm = OpCost(flops=200 * 10**9, bytes=10**6, kind="matmul")  # >= 128 GFLOP: 0.95; 1 MB: 0.6
     flops_ticks = math.ceil(gemm.flops / (312_000 * Fraction("0.95")))
     bytes_ticks = math.ceil(gemm.bytes / (2039 * Fraction("0.6")))
-    assert A100_80GB.compute_ticks(gemm, torch.float16) == flops_ticks + bytes_ticks
+    assert A100_80GB_UNFITTED.compute_ticks(gemm, torch.float16) == flops_ticks + bytes_ticks
     assert A100_80GB_ROOFLINE.compute_ticks(gemm, torch.float16) == flops_ticks
+    assert A100_80GB.compute_ticks(gemm, torch.float16) == math.ceil(
+        gemm.flops / (312_000 * Fraction("0.95") * A100_FITTED)) + bytes_ticks
     copy = OpCost(flops=0, bytes=50 * 10**6, kind="memory")  # 50 MB: 0.75 of 2,039 GB/s
     assert A100_80GB.compute_ticks(copy, torch.float16) == math.ceil(copy.bytes / (2039 * Fraction("0.75")))
     small = OpCost(flops=10**6, bytes=10, kind="elementwise")  # a vector op under 1 GFLOP: 0.1 of 78 TFLOP/s

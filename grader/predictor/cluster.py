@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from puzzles.simulator.cost import CostModel, DeviceProfile
-from .devices import A100_80GB, A100_80GB_ROOFLINE, H100_GRAND_TETON, H100_SXM
+from .devices import (A100_80GB, A100_80GB_ROOFLINE, A100_80GB_UNFITTED, H100_GRAND_TETON,
+                      H100_GRAND_TETON_UNFITTED, H100_SXM)
 from .sharing import InFlight, Windows
 
 GATHER_KINDS = ("all_gather", "all_gather_into_tensor", "reduce_scatter_tensor")
@@ -209,4 +210,8 @@ DGX_H100 = Cluster("DGX H100", H100_SXM, 80 * 2**30, 8, NVLINK4, NDR_400G)
 GRAND_TETON = Cluster("Grand Teton H100 (96 GB HBM2e, 500 W)", H100_GRAND_TETON, 96 * 2**30, 8, NVLINK4, NDR_400G)
 
 CLUSTERS = {"a100": DGX_A100, "a100-roofline": DGX_A100_ROOFLINE, "h100": DGX_H100,
-            "h100-grand-teton": GRAND_TETON}
+            "h100-grand-teton": GRAND_TETON,
+            "a100-unfitted": dataclasses.replace(DGX_A100, device=A100_80GB_UNFITTED,
+                                                 name="DGX A100 (80 GB), nothing fitted"),
+            "h100-grand-teton-unfitted": dataclasses.replace(GRAND_TETON, device=H100_GRAND_TETON_UNFITTED,
+                                                             name="Grand Teton H100, nothing fitted")}
