@@ -205,6 +205,7 @@ def test_the_lines_through_shorter_pipelines_are_the_full_pipeline_tick_for_tick
     assert [s for s, _ in samples(cfg)] == runs
     line = predict_by_line(cfg)
     assert not line.off_the_lines and line.memory_stages == (0, 1, p - 1)
+    assert line.checked_against == samples(cfg)[-1] and len(line.line_through) == 4
     same_step(line, predict(cfg), cheaper=False)
 
 

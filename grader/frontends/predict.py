@@ -31,10 +31,11 @@ from ..predictor.runner import Prediction, predict, predict_by_line
 
 
 COST = ("What a prediction costs to compute (bench/SCALE.md measures each preset): a pipeline is simulated as a few "
-        "short runs whose step the real one is read off (grader/predictor/lines.py), so every preset takes seconds "
-        "to about a minute of one CPU core; a run without pipeline parallelism simulates every microbatch; "
-        "--every-microbatch and --simulate-tensor-ranks all simulate the whole step (minutes to hours at the "
-        "presets' sizes).")
+        "short runs whose step the real one is read off (grader/predictor/lines.py), so every preset takes under a "
+        "minute of one CPU core: 30-45 s for the 8- to 35-stage pipelines of GPT 145B-530B, seconds for the 1T "
+        "ones (64 stages, read off runs of 4-6) and the rest; a run without pipeline parallelism simulates every "
+        "microbatch; --every-microbatch and --simulate-tensor-ranks all simulate the whole step (minutes to hours "
+        "at the presets' sizes).")
 
 
 def add_predict_parser(sub, command) -> None:

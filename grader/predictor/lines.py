@@ -123,9 +123,11 @@ def _whole(x: Fraction) -> int:
 
 
 def read_off(cfg: Config, runs: dict) -> Prediction:
-    """The Prediction of cfg from the runs {(stages, microbatches): Prediction} of samples(cfg) (a check run among
-    them is left out: it is on the lines)."""
+    """The Prediction of cfg from the runs {(stages, microbatches): Prediction} of samples(cfg). A check run among
+    them (on the lines) is no point of them; its cost is counted, and it is named in `checked_against`."""
     par = cfg.parallel
+    every = list(runs.values())
+    check = ()
     if len({s for s, _ in runs}) > 2:
         check = max(runs)
         runs = {k: r for k, r in runs.items() if k[0] != check[0]}
@@ -157,8 +159,7 @@ def read_off(cfg: Config, runs: dict) -> Prediction:
         memory = [{k: read(lambda r, i=i, k=k: r.memory[i][k]) for k in last.memory[0]}
                   for i in range(len(last.memory))]
         stages, tally_rank = last.memory_stages, last.tally_rank
-    runs_list = list(runs.values())
     return Prediction(cfg, makespan, last.dp, memory, busy, by_class, tally_rank, flops,
-                      sum(r.ops for r in runs_list), sum(r.events for r in runs_list),
-                      sum(r.wall_seconds for r in runs_list), sum(r.cpu_seconds for r in runs_list), last.result,
-                      last.answer_notes, line_through=tuple(runs), memory_stages=stages)
+                      sum(r.ops for r in every), sum(r.events for r in every),
+                      sum(r.wall_seconds for r in every), sum(r.cpu_seconds for r in every), last.result,
+                      last.answer_notes, line_through=tuple(runs), memory_stages=stages, checked_against=check)

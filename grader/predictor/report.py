@@ -66,10 +66,12 @@ def describe_runs(p: Prediction) -> str:
     runs = ", ".join(f"{s} stage{'s' * (s > 1)} x {m}" for s, m in p.line_through)
     stages = {s for s, _ in p.line_through}
     if len(stages) > 1:
+        s, m = p.checked_against
         return (f"(runs of {runs} microbatches: the step of {par.pipeline} stages and {par.microbatches} "
                 f"microbatches is read off the lines through them, each further stage and microbatch adding the "
-                f"same time; memory shown for the first, second and last stage; the trace and plots show the run "
-                f"of {max(p.line_through)[0]} stages; --every-microbatch simulates all)")
+                f"same time, checked to the tick against a run of {s} stages x {m}; memory shown for the first, "
+                f"second and last stage; the trace and plots show the run of {max(p.line_through)[0]} stages; "
+                f"--every-microbatch simulates all)")
     note = " (the lines through shorter pipelines missed their check run: read at the real p)" if p.off_the_lines \
         else ""
     return (f"(runs of {runs} microbatches: the step of {par.microbatches} is read off the line through them, "
@@ -151,7 +153,8 @@ def to_dict(p: Prediction, notes=()) -> dict:
             "formula_activation_bytes": float(formulas.activation_bytes(p.config)) if gpt else None,
             "simulated_ranks": p.config.simulated_ranks, "ops": p.ops, "events": p.events,
             "wall_seconds": p.wall_seconds, "cpu_seconds": p.cpu_seconds, "notes": list(notes),
-            "line_through": [list(x) for x in p.line_through], "off_the_lines": p.off_the_lines,
+            "line_through": [list(x) for x in p.line_through], "checked_against": list(p.checked_against),
+            "off_the_lines": p.off_the_lines,
             "answer": list(p.answer_notes)}
 
 

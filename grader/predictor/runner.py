@@ -81,10 +81,11 @@ class Prediction:
     cpu_seconds: float
     result: object = field(repr=False, default=None)  # the SimResult
     answer_notes: list = field(default_factory=list)  # which parts of the step were the learner's
-    # the smaller runs the step was read off ((stages, microbatches), ...; lines.py); then ops, events, wall and
-    # CPU are theirs together, and `result` is the last of them
+    # the smaller runs the step was read off ((stages, microbatches), ...; lines.py), and the run that checked
+    # the lines in stages; then ops, events, wall and CPU are all of theirs together, `result` the last line run's
     line_through: tuple = ()
     memory_stages: tuple = ()
+    checked_against: tuple = ()
     off_the_lines: bool = False  # the check run missed the lines in stages: read at the real p instead
 
     @property
