@@ -38,7 +38,8 @@ import torch  # noqa: E402
 from grader.predictor import formulas  # noqa: E402
 from grader.predictor.presets import MEGATRON, megatron, presets  # noqa: E402
 from grader.predictor.published import FIT, HELD_OUT, LISTED, runs  # noqa: E402
-from grader.predictor.runner import predict, predict_by_line  # noqa: E402
+from grader.predictor.lines import predict_by_line  # noqa: E402
+from grader.predictor.runner import predict  # noqa: E402
 
 GIB = 2**30
 OUT = ROOT / "bench" / "SCALE.md"

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from grader.predictor.fast_meta import MEMOIZED, remembered_meta_kernels
-from grader.predictor.runner import placement, predict, predict_by_line
-from grader.predictor.lines import samples
+from grader.predictor.runner import placement, predict
+from grader.predictor.lines import predict_by_line, samples
 from grader.predictor import data_parallel, formulas
 from grader.predictor.config import Config, Model, Parallel
 from grader.predictor.presets import megatron, narayanan, presets

@@ -27,7 +27,8 @@ from ..predictor.cluster import CLUSTERS
 from ..predictor.config import GRAD_DTYPES, RECOMPUTE, Config, Model, Parallel
 from ..predictor.presets import presets
 from ..predictor.report import as_result, report, to_dict
-from ..predictor.runner import Prediction, predict, predict_by_line
+from ..predictor.lines import predict_by_line
+from ..predictor.runner import Prediction, predict
 
 
 COST = ("What a prediction costs to compute (bench/SCALE.md measures each preset): a pipeline is simulated as a few "

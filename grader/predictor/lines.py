@@ -1,5 +1,5 @@
 """A step at scale read off straight lines through a few small runs, instead of simulating every stage and every
-microbatch (runner.predict_by_line): what keeps every preset to seconds.
+microbatch (predict_by_line, below): what keeps every preset to seconds.
 
 In microbatches. Once the pipeline has filled, the 1F1B schedule repeats the same forward-backward period on
 every stage for each further microbatch, and the interleaved schedule for each further group of p: the
@@ -36,7 +36,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .config import Config
-from .runner import Prediction
+from .runner import Prediction, describe_run, predict, small_config
 
 def stages(p: int, virtual: int) -> tuple[int, int, int]:
     """The small pipelines' lengths for a target of p stages: two for the lines, and the check."""
@@ -163,3 +163,29 @@ def read_off(cfg: Config, runs: dict) -> Prediction:
                       sum(r.ops for r in every), sum(r.events for r in every),
                       sum(r.wall_seconds for r in every), sum(r.cpu_seconds for r in every), last.result,
                       last.answer_notes, line_through=tuple(runs), memory_stages=stages, checked_against=check)
+
+
+def predict_by_line(cfg: Config, progress=None, **kwargs) -> Prediction:
+    """predict(cfg), reading the step off lines through a few smaller runs when that is cheaper (lines.py)."""
+    points = samples(cfg)
+    if points is None:
+        return predict(cfg, progress=progress, **kwargs)
+    runs = _simulate(cfg, points, progress, **kwargs)
+    if len({s for s, _ in points}) > 2 and not on_the_lines(cfg, runs):  # the pipeline is not yet on its lines
+        points = line_in_microbatches(cfg)
+        if points is None:
+            return predict(cfg, progress=progress, **kwargs)
+        prediction = read_off(cfg, _simulate(cfg, points, progress, **kwargs))
+        prediction.off_the_lines = True
+        return prediction
+    return read_off(cfg, runs)
+
+
+def _simulate(cfg: Config, points, progress, **kwargs) -> dict:
+    runs = {}
+    for n, (stages, micro) in enumerate(points, 1):
+        small = small_config(cfg, stages, micro)
+        if progress is not None:
+            progress(n, len(points), describe_run(small))
+        runs[(stages, micro)] = predict(small, **kwargs)
+    return runs

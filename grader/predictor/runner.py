@@ -1,7 +1,7 @@
 """Run a training step at scale on the simulator and read a prediction off it.
 
     prediction = predict(config)            # one simulated step of config.py's configuration
-    prediction = predict_by_line(config)    # the same, read off a few cheaper runs (lines.py)
+    prediction = predict_by_line(config)    # the same, read off a few cheaper runs (lines.py, which has it)
 
 One replica of the configuration is simulated (its t·p GPUs, or p ranks that each stand for their tensor-parallel
 group), on meta tensors, with the cluster's cost model (cluster.py) placing each rank on its GPU the way
@@ -152,34 +152,6 @@ def describe_run(cfg: Config) -> str:
     par = cfg.parallel
     stages = f"{par.pipeline} stage{'s' * (par.pipeline > 1)}, " if par.pipeline > 1 else ""
     return f"{stages}{par.microbatches} microbatch{'es' * (par.microbatches > 1)}"
-
-
-def predict_by_line(cfg: Config, progress=None, **kwargs) -> Prediction:
-    """predict(cfg), reading the step off lines through a few smaller runs when that is cheaper (lines.py)."""
-    from .lines import line_in_microbatches, on_the_lines, read_off, samples
-
-    points = samples(cfg)
-    if points is None:
-        return predict(cfg, progress=progress, **kwargs)
-    runs = _simulate(cfg, points, progress, **kwargs)
-    if len({s for s, _ in points}) > 2 and not on_the_lines(cfg, runs):  # the pipeline is not yet on its lines
-        points = line_in_microbatches(cfg)
-        if points is None:
-            return predict(cfg, progress=progress, **kwargs)
-        prediction = read_off(cfg, _simulate(cfg, points, progress, **kwargs))
-        prediction.off_the_lines = True
-        return prediction
-    return read_off(cfg, runs)
-
-
-def _simulate(cfg: Config, points, progress, **kwargs) -> dict:
-    runs = {}
-    for n, (stages, micro) in enumerate(points, 1):
-        small = small_config(cfg, stages, micro)
-        if progress is not None:
-            progress(n, len(points), describe_run(small))
-        runs[(stages, micro)] = predict(small, **kwargs)
-    return runs
 
 
 def small_config(cfg: Config, stages: int, microbatches: int) -> Config:
