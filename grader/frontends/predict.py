@@ -33,10 +33,10 @@ from ..predictor.runner import Prediction, predict
 
 COST = ("What a prediction costs to compute (bench/SCALE.md measures each preset): a pipeline is simulated as a few "
         "short runs whose step the real one is read off (grader/predictor/lines.py), so every preset takes under a "
-        "minute of one CPU core: 30-45 s for the 8- to 35-stage pipelines of GPT 145B-530B, seconds for the 1T "
-        "ones (64 stages, read off runs of 4-6) and the rest; a run without pipeline parallelism simulates every "
-        "microbatch; --every-microbatch and --simulate-tensor-ranks all simulate the whole step (minutes to hours "
-        "at the presets' sizes).")
+        "minute of one CPU core: GPT-3 175B's the most, about 40 s (8 stages of 12 layers, read off its own line "
+        "in microbatches); the other pipelines 3-25 s (read off runs of 4 to 9 stages, or their own line); a "
+        "single stage a second or two. A run without pipeline parallelism simulates every microbatch; --every-microbatch and "
+        "--simulate-tensor-ranks all simulate the whole step (minutes to hours at the presets' sizes).")
 
 
 def add_predict_parser(sub, command) -> None:
@@ -150,7 +150,8 @@ def cmd_predict(args) -> int:
         from ..predictor.answers import learner_ops
 
         ops, notes = learner_ops(cfg, folder=folder)
-    print(f"simulating {cfg.simulated_ranks} rank(s) on meta tensors ...", file=sys.stderr)
+    print(f"simulating the step on meta tensors ({cfg.simulated_ranks} rank(s) at its full size; a pipeline as "
+          f"the shorter runs listed) ...", file=sys.stderr)
     prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes,
                                                                            progress=progress)
     if args.json:
