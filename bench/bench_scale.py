@@ -170,7 +170,7 @@ def markdown(results: dict) -> str:
         r = dict(by_name[run.name])
         r["error"] = r["step_seconds"] / run.seconds - 1
         table.append((run, r))
-    out = [HEADER.format(commit=commit(), torch=torch.__version__, python=platform.python_version(),
+    out = [HEADER.format(commit=results.get("commit") or commit(), torch=torch.__version__, python=platform.python_version(),
                          when=results.get("when", "?"), load=results.get("load", "?"),
                          minutes=results.get("minutes", 0))]
     for split, title in ((FIT, "The fit set: what the model's choices were made on"),
@@ -422,6 +422,7 @@ def main() -> int:
     started = time.time()
     if not args.only:
         saved["when"] = time.strftime("%Y-%m-%d %H:%M")
+        saved["commit"] = commit()  # the code the runs were made with, whatever HEAD is when SCALE.md is written
         saved["load"] = f"{os.getloadavg()[0]:.1f}"
 
     def save():
