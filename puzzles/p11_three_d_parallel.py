@@ -1,4 +1,4 @@
-# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 77cb419f9f72)
+# Generated from solutions/p11_three_d_parallel.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest b71722611671)
 """Puzzle 11 — 3-D parallelism: data × pipeline × tensor.
 
 The task: one training step of a 4-block model on 8 ranks that use all three parallelisms at once, 2 data-parallel
@@ -37,8 +37,9 @@ Groups: `dist.new_group(ranks)` is itself a collective of the whole world. Every
 the ones it is not in included, with the same ranks in the same order on every rank (torch.distributed requires
 it: a rank that skips a call, or calls them in another order, leaves the others waiting or pairs the wrong groups).
 A rank gets a group back from the calls it is a member of, and GroupMember.NON_GROUP_MEMBER from the others. Pass
-the group to each collective (`dist.all_reduce(t, group=g)`); `dist.get_rank(g)`, `dist.get_world_size(g)` and
-`dist.get_process_group_ranks(g)` (global ranks, in order) say where a rank sits in it. send and recv take global
+the group to each collective (`dist.all_reduce(t, group=group)`); `dist.get_rank(group)`,
+`dist.get_world_size(group)` and `dist.get_process_group_ranks(group)` (global ranks, in order) say where a rank
+sits in it. send and recv take global
 ranks (`dst=`, `src=`), with or without `group=`.
 
 Write four things:
@@ -111,7 +112,10 @@ h = 512, 256 columns per tensor-parallel rank; L = 4 blocks, 2 per stage):
     With free messages a perfect 2-stage pipeline of 4 microbatches takes (m+p-1)·(F + BW) + m·(LF + LB) = 12,512
     ticks; here the 1-tick all-reduces and sends add a few, and so do the copies f and g may make of a [4, 64]
     activation (6 ticks each). GPipe's order is the lesson, not a rule: 1F1B (puzzle 6) has the same bubble and
-    passes too.
+    passes too. As in puzzle 5, W counts as the last stage's own compute where that is less (never below zero),
+    and the bubble is read only once the clock holds each stage's work between the messages that need it (each
+    activation sent on, each gradient sent back, after its products since its input arrived) and the step is no
+    shorter than the critical path's products at the peak rate.
   - a deadlock, or ranks that meet in new_group or a collective with different arguments, is an error.
   - keep everything as torch tensors (the grader refuses a tensor turned into a numpy array, a Python list or
     bytes, which its memory ledger could not see).

@@ -1,4 +1,4 @@
-# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 4a6fd5abef41)
+# Generated from solutions/p15_ring_attention.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 88cc81f9df4c)
 r"""Puzzle 15 — Context parallelism: ring attention.
 
 The task: causal self-attention over a sequence too long for one rank, on 4 ranks. Each rank holds S/N = 96 of
@@ -20,9 +20,12 @@ bytes, a tile of scores [b, h, c, c] is T = 73,728 bytes, the weights wqkv and w
     at least 20,643,840 of them in products;
   - balance: the busiest rank computes at most 5.0% more FLOPs than the least busy one;
   - bytes sent: exactly N-1 K/V blocks in forward, 294,912 bytes (at most 295,936), and N-1 K/V blocks and N-1
-    dK/dV blocks in backward, 589,824 bytes (at most 590,848);
+    dK/dV blocks in backward, 589,824 bytes (at most 590,848); round the ring: in forward every block goes to a
+    ring neighbour (r+1, or r-1 for a ring turned the other way) by send, in backward the K/V blocks again (what
+    goes elsewhere at most the N-1 dK/dV blocks, which may go straight home);
   - makespan: the communication left exposed at most one block's transfer and 2% of a rank's compute, 784 + 687
-    = 1,471 ticks: every message but the last hides behind the tiles.
+    = 1,471 ticks: every message but the last hides behind the tiles (copies or clones run while a message is in
+    flight hide nothing: only work with arithmetic hides a message).
 
 The split. Cut the sequence into 2N chunks of c = S/2N = 48 tokens, and attention into c x c tiles (a query chunk
 against a key chunk). Under the causal mask query chunk i sees key chunks 0..i: i full tiles and the diagonal

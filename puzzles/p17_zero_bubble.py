@@ -1,4 +1,4 @@
-# Generated from solutions/p17_zero_bubble.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 98b473b2569c)
+# Generated from solutions/p17_zero_bubble.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest e6858de05856)
 """Puzzle 17 — Zero-bubble pipeline (ZB-H1): the backward split in two.
 
 The task, and its budgets (puzzle 6's pipeline: p = 4 ranks, 2 blocks each, m = 8 microbatches):
@@ -70,8 +70,12 @@ Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2
   - bubble: the last stage's idle time, the makespan less its compute (counted up to its work in the formula,
     m·(F + B + W) + m·(LF + 2·LB) = 40,008 ticks: extra work fills no bubble), at most (p-1)·max(F, B, F + B - W) +
     B/2 = 3,348 + 558 = 3,906 ticks (B/2 for the 1-tick messages and the returned gradients' cat). 1F1B idles
-    (p-1)·(F + BW) = 12,120 ticks; with the backward split but each W run right after its B, (p-1)·(F + B) =
-    6,648.
+    (p-1)·(F + BW) = 12,120 ticks; with the backward split but each W run right after its B, (p-1)·(F + B) = 6,648.
+    As in puzzle 5, the idle time is read off the clock only once the clock holds the stages' work where the
+    messages say it ran: every activation a stage sends on, and every gradient it sends back, needs its stage's
+    products (at least half of them) since its input arrived, and the step can be no shorter than the products of
+    the critical path at the peak rate; a schedule the clock could not have run (work done in another thread, say)
+    fails here.
   - activation memory: on every rank, the peak less its weights, their gradients, x or target and the returned
     dL/d(input) (2·2·d·h·8 + 2·2·d·h·8 + 2·B·d·8 = 1,114,112 bytes on ranks 0 and 3, 1,081,344 on ranks 1-2) is at
     most p·A + p·mb·d·8 + d·h·8 + A/2 = 479,232 bytes: puzzle 6's bound on rank 0 (A = 73,728 bytes, one

@@ -1,4 +1,4 @@
-# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 0d85e0dd7a85)
+# Generated from solutions/p6_one_f_one_b.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 657e0e2d2203)
 """Puzzle 6 — Pipeline parallel, one forward one backward (1F1B).
 
 GPipe (puzzle 5) runs every forward before any backward, so rank 0 keeps the activations of all m microbatches
@@ -44,7 +44,8 @@ Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2
     most m·(F + BW + LF + LB) + m·mb·d = 25,800,848 FLOPs (F = 1,053,696, BW = 2,167,808), and at least
     25,165,824 FLOPs of matmuls, as in puzzle 5: no recomputation.
   - bubble: 1 - W/makespan, W = m·(F + BW + LF + LB) = 32,920 ticks the last stage's own work, at most
-    (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5.
+    (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, as in puzzle 5 (and, as there, read off the clock only
+    once every stage's work is on it where its messages say it ran).
   - 1F1B schedule: on every rank, the microbatches it holds (forwards begun minus backwards done, read off the
     FLOPs it computed: a forward of F outside backward, a backward of BW inside it) never exceed p - rank: 4 on
     rank 0, 3 on rank 1, 2 on rank 2, 1 on rank 3. The order of your code does not matter; what ran does. GPipe's

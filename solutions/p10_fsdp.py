@@ -20,8 +20,10 @@ one layer's weights W = 2·d·h·8 = 262,144 bytes, all of them 8Ψ = L·W = 1,0
     recomputed).
   - communication: each rank sends exactly the ZeRO-3 volume, 3·(N-1)/N·8Ψ = 2,359,296 bytes (at most
     2,360,320: 1 KiB of room for scalars): 1.5 x data parallel's 2·(N-1)/N·8Ψ = 1,572,864.
-  - makespan: the communication left exposed, makespan - min(compute, 1.25·C), at most 2·A + T = 714 ticks
-    (C = 5,659 ticks of compute, A = 216 ticks for one layer's all-gather or reduce-scatter, T = 5% of C = 282).
+  - makespan: the communication left exposed, makespan - min(work, 1.25·C), at most 2·A + T = 714 ticks
+    (C = 5,659 ticks of compute, A = 216 ticks for one layer's all-gather or reduce-scatter, T = 5% of C = 282;
+    work is the busiest rank's compute stream, less what ran while a message was in flight without arithmetic
+    to explain it: copies and clones then hide nothing).
 
 From ZeRO-2 to ZeRO-3. ZeRO-2 (puzzle 8) shards the optimizer state and the gradients, but every rank still
 holds every weight: the model must fit on one device. ZeRO-3 (Rajbhandari et al., 2020; PyTorch's FSDP) shards

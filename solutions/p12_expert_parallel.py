@@ -97,10 +97,13 @@ Checks (sizes: N = 4 ranks, E = 8 experts, 2 per rank; n = 16 tokens per rank; d
     (N-1)·2·2·d·h, rank 0: 2,340,352; rank 1: 1,551,872; rank 2: 1,157,632; rank 3: 763,392: gelu both ways on
     each kept token (2·h), 12·d·h/4 = 24,576 FLOPs of room for the routing's elementwise work (softmax, top-1,
     positions, the gate's multiply, whatever way they are written), and (N-1)·2·2·d·h = 98,304 for adding each
-    expert's weight gradients once per source rank (running the experts on each source's chunk apart). No more
+    expert's weight gradients once per source rank (running the experts on each source's chunk apart). Of the
+    elementwise work, at most K·h + 12·d·h/8 runs outside backward (the gelus and the routing's forward; rank 0:
+    15,104): the room for accumulating gradients is autograd's, in backward. No more
     products: a rank that runs experts on padding, on dropped tokens, or on every token, or that dispatches with
     matrix products of one-hot masks, is over; no fewer: a product written as elementwise multiplies and sums costs
-    as many FLOPs, none of them products.
+    as many FLOPs, none of them products, and a dispatch or combine written as one-hot masks multiplied in and
+    summed (n·K·d multiplies and adds in forward) does not fit in the routing's room outside backward.
   - communication: the bytes each rank sends, over every collective and send (an all-to-all's wire bytes are what
     leaves the rank: the rows it keeps for itself are not sent), at most the tokens that leave it and the results
     it returns, in forward and again in backward, plus 1 KiB for the counts: 2·(S + R)·d·8 + 1 KiB, rank 0:

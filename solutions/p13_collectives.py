@@ -99,7 +99,16 @@ Checks (each over the four runs of its function; the message lists every run):
     bytes, which its memory ledger could not see).
 
 Hints:
-  - `chunks = t.view(-1).chunk(N)`: N views of t, each contiguous; adding into chunks[j] (+=) changes t.
+  - `chunks = t.view(-1).chunk(N)` is a tuple of N views of t, each contiguous: adding into one in place changes
+    t. Add with `chunks[j].add_(buf)` (a tuple's items cannot be assigned to, so += on one raises a TypeError):
+
+        >>> t = torch.zeros(8, dtype=torch.float64)
+        >>> chunks = t.view(-1).chunk(4)             # 4 views of t, 2 elements each
+        >>> chunks[1].add_(torch.ones(2, dtype=torch.float64))
+        tensor([1., 1.], dtype=torch.float64)
+        >>> t                                        # t changed with it
+        tensor([0., 0., 1., 1., 0., 0., 0., 0.], dtype=torch.float64)
+
   - One step: `works = [dist.isend(send_chunk, right), dist.irecv(buf, left)]`, then `for w in works: w.wait()`.
     In the all-gather, receive straight into the chunk of t the message completes.
   - Allocate one receive buffer (torch.empty_like) before the loop and reuse it: torch.empty writes nothing.

@@ -65,7 +65,12 @@ Checks (sizes: p=4 ranks, v=2 chunks, m=8 microbatches, batch 64, d=64, h=256, 8
     (p-1)/(v·m) + 1 point = 19.8%, a makespan of 39,421 ticks (a perfect interleaved pipeline takes
     (v·m + p - 1)·(F + BW)/v + m·(LF + LB) = 38,980). 1F1B's (p-1)/m = 37.5% is far outside it; so is
     finishing each group of p microbatches before the next (the pipeline drains m/p times). Puzzle 6's measure,
-    the idle share of the makespan, says the same: 3/19 = 15.8% against 1F1B's 3/11 = 27.3%.
+    the idle share of the makespan, says the same: 3/19 = 15.8% against 1F1B's 3/11 = 27.3%. W counts as the last
+    rank's own compute where that is less (a bubble is never below zero), and the bubble is read off the clock only
+    once the clock holds the stages' work where the messages say it ran: every activation a rank sends on, and every
+    gradient it sends back, needs its chunk's products (at least half of them) since its input arrived, and the step
+    can be no shorter than the products of the critical path at the peak rate; a schedule the clock could not have
+    run (work done in another thread, say) fails here.
   - activation memory: on every rank, the peak less its weights, their gradients, x or target and the two
     returned input gradients (2·2·d·h·8 + 2·2·d·h·8 + B·d·8 + 2·B·d·8 = 1,146,880 bytes on ranks 0 and 3,
     1,114,112 on ranks 1-2) is at most (v·p + p - 1)·A_c + d·h·8 + A_c/2 = 555,008 bytes. A_c = (2·8·h + 8·d)·8 =

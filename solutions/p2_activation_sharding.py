@@ -44,11 +44,15 @@ C = B·d·8 = 65,536 bytes is one whole [B, d] activation):
     the rank holds beyond what it held when the backward began and the weights' gradients is at most
     4·C + 1,024 = 263,168 bytes: the checkpoint being gathered, the gradient handed down from the segment after
     it, and the previous segment's checkpoint and recomputed output on their way out. Keeping every gathered
-    checkpoint until the end holds 5·C by the last gather.
+    checkpoint until the end holds 5·C by the last gather. A backward that communicates nothing fails it: there
+    was nothing to measure, and no checkpoint was gathered.
   - gathered in time: gather each checkpoint just before recomputing its segment. Counted in checkpoints' worth
     of bytes gathered against segments backpropagated, at most 2 gathered checkpoints wait for their segment at
-    any gather (the one being recomputed, and the next if you prefetch it). Gathering them all up front, however
-    you put them together, has L/k = 4 waiting.
+    any gather (the one being recomputed, and the next if you prefetch it). Every message that brings the other
+    ranks' rows counts, whatever call carries it (a checkpoint's worth is their (N-1)/N·C): gathering them all up
+    front, however you put them together, has L/k = 4 waiting. And every checkpoint is gathered (the first may be
+    x itself, which every rank has): a backward that gathers fewer than L/k - 1 fails, since a checkpoint never
+    gathered was not gathered in time.
   - peak memory per rank, at most W + G + 2·C + (L/k)·C/N + 2·C + 2·C + k·A + 2·B·h·8 = 5,439,488 bytes:
       W = G = 2·L·d·h·8 = 1,048,576 bytes   the weights, and their gradients
       2·C                                   the inputs x and target

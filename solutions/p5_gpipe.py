@@ -56,7 +56,12 @@ Checks (sizes: p=4 ranks, m=8 microbatches, batch 64, d=64, h=256, L=8 blocks, 2
     busiest stage: it computes the loss too), at most (p-1)/(m+p-1) + 0.5 points = 27.3% + 0.5 points = 27.8%, a
     budget on the makespan of about 45,578 ticks. With free messages a perfect schedule takes exactly
     (m+p-1)·(F + BW) + m·(LF + LB) = 45,040 ticks (and 36 more to return dL/d(input)); here each message costs 1
-    tick. The whole batch as one microbatch idles (p-1)/p = 75%.
+    tick. The whole batch as one microbatch idles (p-1)/p = 75%. W counts as the last stage's own compute where
+    that is less (a bubble is never below zero). And the bubble is read off the clock only once the clock holds the
+    stages' work where the messages say it ran: every activation a stage sends on, and every gradient it sends back,
+    needs its stage's products (at least half of them) since its input arrived, and the step can be no shorter than
+    the products of the critical path at the peak rate; a schedule the clock could not have run (work done in
+    another thread, say) fails here.
   - GPipe's order is the lesson, not a rule: any order of the forwards and backwards that meets these checks
     passes (puzzle 6's 1F1B does too).
   - a deadlock is an error, reported with what each rank waits for (a blocking send here waits for the matching

@@ -53,10 +53,13 @@ Checks:
   - communication: the bytes each rank sends, at most those of an all-reduce of every gradient,
     2(N-1)/N·G + 1,024 = 1,573,888 bytes (G = 2·L·d·h·8 = 1,048,576 bytes; each gradient once, alone or in
     buckets, by all-reduces or by reduce-scatters and all-gathers; 1 KiB of room for scalars).
-  - makespan: the communication left exposed, makespan - min(compute, 1.25·C), at most A + T = 1,315 ticks, where
+  - makespan: the communication left exposed, makespan - min(work, 1.25·C), at most A + T = 1,315 ticks, where
         C = FB + U = 6,307 + 3,680 = 9,987 ticks, the compute of the step (nothing recomputed);
-        compute is the busiest rank's compute stream, counted up to 1.25·C (your style's own copies, say a
-            bucket's, do not count against your overlap; extra work beyond that hides nothing);
+        work is the busiest rank's compute stream, counted up to 1.25·C (your style's own copies, say a
+            bucket's, do not count against your overlap; extra work beyond that hides nothing), less the ticks
+            that ran while one of its messages was in flight and that no arithmetic explains: an op counts as
+            far as its FLOPs at the peak rate and an elementwise op's memory traffic (3 float64 operands per
+            FLOP) account for its time, so copies or clones run while a message is in flight hide nothing;
         A = 816 ticks, one block's gradient all-reduce: 2(N-1)·alpha + 2(N-1)/N·(2·d·h·8 bytes)/512;
         T = 499 ticks of tolerance, 5% of C (queueing between all-reduces, buckets of another size).
     Synchronous all-reduces after backward leave all of it exposed: 2L·432 = 3,456 ticks.

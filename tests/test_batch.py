@@ -4,6 +4,7 @@ rows or error puzzles, and the others are graded as usual. (The adversarial case
 import csv
 import io
 import json
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 
 from grader.backends.simulator import observe_file
 from grader.frontends import batch
+from grader.frontends import progress as progress_line
 from grader.frontends.reports import class_report
 from grader.frontends.batch.verdict import printable, verdict
 from grader.frontends.notebooks.file import build_notebook
@@ -27,11 +29,12 @@ HANG = "import time\n\ndef data_parallel_step(dist, x_shard, target_shard, layer
 HOG = ("import torch\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
        "    hog = torch.empty(2**36, dtype=torch.float64)\n")
 CRASH = "import os\nprint('garbage ' * 1000)\nos._exit(3)\n"
+MISTYPED = "from puzzles.model import forward, los_fn\n"  # an ImportError that names the grader's own file
 GARBAGE = ("print('\\x00\\xff garbage', flush=True)\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
            "    for w1, w2 in layers:\n        w1.data = object()\n")
 
 
-def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
+def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path, monkeypatch):
     subs = tmp_path / "subs"
     subs.mkdir()
     shutil.copytree(ROOT / "solutions", subs / "alice")
@@ -42,12 +45,13 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     cell = next(c for c in spaced.cells if "p3" in c.get("metadata", {}).get("tags", []))
     cell.source += "\n" + " " * 1_000_000 + "\n"
     nbformat.write(spaced, str(subs / "spaced.ipynb"))
-    for name, source in (("dave", HANG), ("erin", HOG), ("frank", CRASH), ("gina", GARBAGE)):
+    for name, source in (("dave", HANG), ("erin", HOG), ("frank", CRASH), ("gina", GARBAGE), ("hank", MISTYPED)):
         (subs / name).mkdir()
         (subs / name / "p3_data_parallel.py").write_text(source)
     (subs / "notes.txt").write_text("not a submission")
     (subs / "broken.ipynb").write_text('{"cells": [')
     progress = io.StringIO()
+    monkeypatch.setattr(progress_line, "on_a_terminal", lambda stream: stream is progress)  # a person watches
     # 30 s a puzzle: generous for the honest ones on a busy machine (10 s once proved too short for naive p3);
     # dave, the deliberate hang, uses it up on one job while the other grades the rest.
     rows = batch.run_batch(subs, 4, 30, 3000, ["p3"], jobs=2, progress=progress)
@@ -66,12 +70,18 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert {n: p.status for n, p in p3.items()} == {
         "alice": "pass", "bob": "fail", "carol.ipynb": "pass", "cora.ipynb": "not_attempted",
         "spaced.ipynb": "pass", "dave": "error",
-        "erin": "error", "frank": "error", "gina": "error"}
+        "erin": "error", "frank": "error", "gina": "error", "hank": "error"}
     assert p3["dave"].error.startswith("stopped after 30 s: an endless loop, or a wait that never ends?")
     assert p3["erin"].error.startswith("ran out of memory (the limit is 3000 MiB") and "allocate" in p3["erin"].error
     assert "exit status 3" in p3["frank"].error and "garbage garbage" in p3["frank"].error
+    assert "cannot import name 'los_fn' from 'puzzles.model' (puzzles/model.py)" in p3["hank"].error, p3["hank"].error
+    assert str(ROOT) not in p3["hank"].error and "/submission" not in p3["hank"].error  # no path of this machine
+    assert by["alice"]["graded"] == "its top (19 puzzle files)" and by["carol.ipynb"]["graded"] == "carol.ipynb"
     assert all(r["error"] == "" for n, r in by.items() if r["kind"] in ("folder", "notebook"))
-    assert "[11/11]" in progress.getvalue()  # progress, as it goes
+    log = progress.getvalue()
+    assert "[12/12]" in log  # a line per submission, as it goes
+    assert "\r6/12 submissions graded  [" in log and log.endswith("\r" + progress_line.ERASE)  # a line, then erased
+    assert re.findall(r"\r\x1b\[K\[(\d+)/12\] [^\r]*\n", log) == [str(i) for i in range(1, 13)]  # each whole
 
     out, js = tmp_path / "results.csv", tmp_path / "results.json"
     class_report.write_reports(rows, 4, ["p3"], csv_path=out, json_path=js)
@@ -80,6 +90,18 @@ def test_batch_grades_a_class_and_survives_bad_submissions(tmp_path):
     assert table["notes.txt"]["p3"] == "not_graded" and table["notes.txt"]["error"].startswith("not a submission")
     data = {s["name"]: s for s in json.loads(js.read_text())["submissions"]}
     assert data["broken.ipynb"]["kind"] == "broken" and data["gina"]["puzzles"][0]["status"] == "error"
+
+
+def test_an_error_names_no_folder_of_the_grading_machine():
+    from grader.backends.learner_code import without_machine_paths
+
+    site = "/opt/venvs/course/lib/python3.11/site-packages"
+    said = (f"cannot import name 'x' from 'puzzles.model' ({ROOT}/puzzles/model.py); "
+            f"No module named 'y' ({site}/torch/__init__.py); open('/submission/data.bin') in /submission/p3.py")
+    assert without_machine_paths(said, "/submission/p3.py") == (
+        "cannot import name 'x' from 'puzzles.model' (puzzles/model.py); No module named 'y' (torch/__init__.py); "
+        "open('data.bin') in p3.py")
+    assert without_machine_paths("/etc/passwd", "/p3.py") == "/etc/passwd"  # a file at the root keeps its path
 
 
 def test_a_submission_time_limit_caps_its_puzzles_and_says_so(tmp_path):

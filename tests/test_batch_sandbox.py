@@ -145,7 +145,7 @@ def test_a_learners_output_never_reaches_the_terminal_raw(graded):
 @pytest.mark.parametrize("name, pid, evidence", [
     ("tamper_checks", "p3", "grader.core.grading.grade_observation was rebound"),
     ("tamper_ledger", "p1", "puzzles.simulator.memory.Ledger.allocate was changed"),
-    ("tamper_cost", "p7", "grader.specs.p7_overlap.COST.bytes_per_tick was changed"),
+    ("tamper_cost", "p7", "grader.specs.p7_overlap.spec.COST.bytes_per_tick was changed"),
     ("tamper_observe", "p3", "grader.backends.simulator.observe_module was rebound"),
 ])
 def test_patching_the_grader_or_the_simulator_is_flagged_and_never_passes(graded, name, pid, evidence):

@@ -140,6 +140,9 @@ def test_batch_grades_every_layout_learners_hand_in(class_rows):
                       "notes.txt": [], "zed_99": ["fail"]}
     assert by["alice"]["graded"] == "puzzles/" and by["alice"]["flags"] == [
         "more than one place holds work: graded puzzles/, not solutions/"]
+    graded = {n: r["graded"] for n, r in by.items() if not r["error"]}  # issue 30: "files" said nothing
+    assert graded == {"alice": "puzzles/", "files": "its top (1 puzzle file)", "lee_4321": "1 file",
+                      "nora.ipynb": "nora.ipynb", "zed_99": "1 file"}, graded
     assert (by["lee_4321"]["kind"], by["lee_4321"]["items"]) == ("files", ["lee_4321_55_p3_data_parallel.py"])
     assert by["empty"]["error"].startswith("nothing to grade: no puzzle file") and "README.txt" in by["empty"]["error"]
     assert by["notes.txt"]["kind"] == "stray"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -229,3 +230,45 @@ def test_the_built_in_equivalents_file_loads(tmp_path):
     with pytest.raises(ValueError, match="needs the fields"):
         load(bad)
     assert Path(runner.__file__).with_name("equivalents.py").exists()
+
+
+def _outcome(status, lineno=7):
+    from grader.frontends.mutate.outcome import Outcome
+    from grader.frontends.mutate.source import Mutant
+
+    mutant = Mutant("p3", "swap-args", "the arguments swapped", lineno, "f(a, b)", "f(b, a)", 1, "", "")
+    return Outcome(mutant, status)
+
+
+def test_off_a_terminal_mutate_prints_a_dot_per_mutant_and_names_each_survivor():
+    import io
+
+    from grader.frontends.mutate.command import Watch
+
+    out = io.StringIO()
+    watch = Watch(out)
+    watch.begin("p3", 3)
+    for status in ("killed", "survived", "killed"):
+        watch.judged(_outcome(status))
+    watch.close()
+    assert out.getvalue() == ".\np3 swap-args, line 7: survived (the arguments swapped)\n.\n"
+
+
+def test_at_a_terminal_mutate_draws_a_line_per_puzzle_with_the_time_left(monkeypatch):
+    import io
+
+    from grader.frontends import progress
+    from grader.frontends.mutate.command import Watch
+
+    out = io.StringIO()
+    monkeypatch.setattr(progress, "on_a_terminal", lambda stream: stream is out)
+    watch = Watch(out)
+    watch.begin("p3", 2)
+    watch.judged(_outcome("survived"))
+    watch.judged(_outcome("killed"))
+    watch.close()
+    shown = out.getvalue()
+    assert "\rp3  1/2 mutants judged  [" in shown and "\rp3  2/2 mutants judged  [" in shown
+    assert shown.endswith("\r" + progress.ERASE)  # erased at the end: the report follows on a clean line
+    log = re.sub(r"\r[^\r\n]*?" + re.escape(progress.ERASE), "", shown)  # what stays on the screen
+    assert log == "p3 swap-args, line 7: survived (the arguments swapped)\np3: 2 mutants judged in 0:00\n", log

@@ -106,8 +106,7 @@ def test_pip_install_brings_pytest_and_the_metadata_reads_without_a_deprecation(
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "pytest" in pyproject["project"]["dependencies"]
-    readme = (REPO / "README.md").read_text()
-    assert "pip install -e . " in readme.split("```bash", 1)[1].split("```", 1)[0]  # the first command
+    assert any(c.startswith("pip install -e . ") for _, c in quickstart_commands())  # no extra needed for pytest
     from setuptools.config import pyprojecttoml
     from setuptools.dist import Distribution
 
@@ -115,3 +114,41 @@ def test_pip_install_brings_pytest_and_the_metadata_reads_without_a_deprecation(
         warnings.simplefilter("always")
         pyprojecttoml.apply_configuration(Distribution(), REPO / "pyproject.toml")
     assert [str(w.message)[:120] for w in caught if "Deprecat" in w.category.__name__] == []
+
+
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def quickstart_commands() -> list[tuple[str, str]]:
+    """(the comment above it, the command) for each command of the README's Quickstart block."""
+    block = (REPO / "README.md").read_text().split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    out, said = [], []
+    for line in block.splitlines():
+        if line.startswith("#"):
+            said.append(line.lstrip("# "))
+        elif line.strip():
+            out.append((" ".join(said), line.strip()))
+            said = []
+    return out
+
+
+def test_the_first_install_line_takes_the_cpu_torch_and_another_keeps_an_installed_torch():
+    """Issue 30: the first line a learner copies was `pip install -e .`, which on Linux with no torch resolves
+    `torch>=2.2` to the CUDA build (several GB); the CPU build was an aside two paragraphs later. Now every line
+    that starts from a fresh environment installs the CPU build first, on the line itself, one line serves an
+    environment that has torch already (Colab's), and each says whom it is for."""
+    commands = quickstart_commands()
+    first_said, first = commands[0]
+    assert first.startswith("python3 -m venv") and CPU_TORCH in first, first
+    assert first.index(CPU_TORCH) < first.index("pip install -e ."), first  # torch first: pip then keeps it
+    assert "CPU" in first_said and "GPU" in first_said, first_said  # why this build: the puzzles need no GPU
+    fresh = [c for _, c in commands if "-m venv" in c]
+    assert fresh and all(CPU_TORCH in c and c.index(CPU_TORCH) < c.index("pip install -e") for c in fresh), fresh
+    keeps = [(said, c) for said, c in commands if c.startswith("pip install -e . ")]
+    assert keeps and "Colab" in keeps[0][0] and "already installed" in keeps[0][0], keeps
+    assert all(said for said, _ in commands), commands  # each line says whom it is for
+    import tomllib
+
+    torch_requirement = [d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+                         if d.startswith("torch")]
+    assert torch_requirement == ["torch>=2.2"]  # a loose range: the index is the install line's choice, not ours

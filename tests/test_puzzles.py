@@ -1,8 +1,9 @@
 """Self-grading: one test per puzzle, for the learner's files in puzzles/ (or `--target`).
 
 A stub that still raises NotImplementedError is skipped as "not attempted"; an attempted puzzle passes or fails
-with the same feedback as `python -m grader`. Run one puzzle with `pytest -k p3`; grade another folder or a
-notebook with `pytest --target FOLDER_OR_NOTEBOOK`. Plain `pytest` runs this file only (pyproject.toml's
+with the same feedback as `python -m grader`. Run one puzzle with `pytest --puzzle p3` (or `-k p3`); grade another
+folder or a notebook with `pytest --target=FOLDER_OR_NOTEBOOK` (the checkout's conftest.py: these options, and
+the summary that names the puzzles that passed). Plain `pytest` runs this file only (pyproject.toml's
 testpaths); the project's own suite is `pytest tests`.
 """
 

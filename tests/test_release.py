@@ -48,7 +48,8 @@ def test_the_copy_holds_what_a_learner_needs_and_nothing_else(instructor, copy):
     files = files_of(copy)
     top = {name.split("/")[0] for name in files}
     assert top == {"README.md", "grader", "puzzles", "puzzles.ipynb", "puzzles-standalone.ipynb", "pyproject.toml",
-                   "conftest.py", "tests", ".gitignore"}
+                   "conftest.py", "tests", ".gitignore", "bench"}
+    assert all(n.startswith("bench/") and n.endswith(".md") for n in files if n.startswith("bench"))  # records only
     assert ".venv/" in files[".gitignore"].decode().splitlines()  # a learner's commits leave their venv out
     assert not any(n.startswith("grader/frontends/mutate/") for n in files)  # the instructor's tool and its data
     assert sorted(n for n in files if n.startswith("tests/")) == ["tests/conftest.py", "tests/test_puzzles.py"]
@@ -228,3 +229,24 @@ def test_the_command_writes_a_copy_once(tmp_path, capsys):
 def test_a_release_needs_the_instructors_repository(copy, tmp_path):
     with pytest.raises(FileNotFoundError, match="no solutions/"):
         release.write_release(copy, tmp_path / "again")
+
+
+def test_every_path_the_learner_reads_of_is_in_the_copy(copy):
+    """The released README cited bench/CORPUS.md, bench/CALIBRATION.md and bench/SCALE.md, and the copy had no
+    bench/ (issue 30). Every path its README, its stories and its notebooks' text name opens in the copy."""
+    files = files_of(copy)
+    named = release.named_paths(files)
+    assert {"bench/CORPUS.md", "bench/CALIBRATION.md", "bench/SCALE.md", "puzzles/simulator/collectives.py"} <= set(named)
+    missing = {path: where for path, where in named.items() if path not in files}
+    assert missing == {}, f"named in the copy, not in it: {missing}"
+    assert files["bench/CORPUS.md"] == (REPO / "bench" / "CORPUS.md").read_bytes()
+
+
+def test_a_readme_that_cites_a_missing_record_is_refused(instructor, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(instructor, broken)
+    readme = broken / "README.md"
+    readme.write_text(readme.read_text().replace("bench/CORPUS.md", "bench/NO_SUCH_RECORD.md", 1))
+    with pytest.raises(FileNotFoundError, match="NO_SUCH_RECORD.md"):
+        release.write_release(broken, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

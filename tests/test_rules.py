@@ -2,8 +2,10 @@
 they refuse to guess."""
 
 from grader.core.result import Budget
-from grader.core.rules import communication_check, compute_check, most_held, sized_like, work_sequence
+from grader.core.rules import (communication_check, compute_check, exposed_communication, most_held, overlap_check,
+                               sized_like, work_sequence)
 from grader.core.spec import Observation
+from puzzles.sim import PUZZLE_GPU
 
 
 def event(rank, stream, kind, start, end, flops=0, wire_bytes=0, phase="", products=None, op=""):
@@ -68,3 +70,45 @@ def test_an_excess_is_named_only_when_its_size_singles_one_thing_out():
     assert sized_like(65_536 + 4, {"full": 65_536, "shard": 16_384}) == "full"
     assert sized_like(40_000, {"full": 65_536, "shard": 16_384}) is None
     assert sized_like(100, {"a": 100, "b": 200}) is None  # both within 1 KiB: ambiguous, so neither
+
+
+def message(rank, start, end, issued=None, kind="all_reduce"):
+    e = event(rank, "comm", kind, start, end, wire_bytes=1024)
+    e["issued"] = start if issued is None else issued
+    return e
+
+
+def test_filler_under_a_message_hides_nothing_whatever_its_size():
+    """Exposed communication is the makespan less the compute stream's work: ticks that ran while a message was in
+    flight count as work only as far as their arithmetic explains them. A rank that waits out each message with
+    copies (no FLOPs) exposes all of it, as if it had sat idle; the same ticks spent on matmuls hide it."""
+    c = 2000  # the step's compute: the 1.25·C cap plays no part here
+    budget = Budget("makespan", "one message", 100, "ticks")
+    backward = event(0, "compute", "backward", 0, 1000, flops=1000 * 1024)  # compute-bound: all explained
+    idle = observation([backward, message(0, 1000, 1400), event(0, "compute", "forward", 1400, 1500, 100 * 1024)],
+                       ranks=1)
+    copies = observation([backward, message(0, 1000, 1400), event(0, "compute", "backward", 1000, 1400, 0, op="clone"),
+                          event(0, "compute", "forward", 1400, 1500, 100 * 1024)], ranks=1)
+    hidden = observation([event(0, "compute", "backward", 0, 1000, flops=1000 * 1024), message(0, 100, 500),
+                          event(0, "compute", "forward", 1000, 1100, 100 * 1024)], ranks=1)
+    for obs in (idle, copies):
+        assert exposed_communication(obs, c, PUZZLE_GPU)[2] == 400
+        assert not overlap_check(obs, budget, c, PUZZLE_GPU).passed
+    assert exposed_communication(copies, c)[2] == 0  # what the old measure, compute counted whole, made of it
+    check = overlap_check(copies, budget, c, PUZZLE_GPU)
+    assert "hide nothing" in check.diagnosis and "400" in check.message, check.diagnosis
+    assert overlap_check(hidden, budget, c, PUZZLE_GPU).passed
+
+
+def test_elementwise_work_under_a_message_is_work_and_copies_elsewhere_are_not_counted_against_it():
+    """An elementwise pass (its time explained by its memory traffic, 3 float64 operands a FLOP) hides a message
+    like a matmul; copies that run while nothing is in flight (a bucket filled before its message leaves) are the
+    answer's style and cost it nothing here."""
+    c = 1000
+    budget = Budget("makespan", "one message", 100, "ticks")
+    flops = 300 * PUZZLE_GPU.memory_bytes_per_tick // 24  # a memory-bound elementwise op of 300 ticks
+    obs = observation([event(0, "compute", "backward", 0, 200, 0, op="cat"),  # the bucket, before its message
+                       message(0, 200, 500, issued=200),
+                       event(0, "compute", "backward", 200, 500, flops, products=0, op="add x4")], ranks=1)
+    assert exposed_communication(obs, c, PUZZLE_GPU)[2] == 0
+    assert overlap_check(obs, budget, c, PUZZLE_GPU).passed

@@ -2,6 +2,7 @@
 (required keys and types, events on one track nest, never cross), and it agrees with the ledger and the clock."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -78,6 +79,33 @@ def test_the_text_schedule_draws_1f1b():
     assert grid0.startswith("FFFF") and "B" in grid0 and grid0.index("B") > grid0.index("F")
     assert rank3.split("|")[1].lstrip(".").startswith("FFB")  # the last stage starts backward at once
     assert "busy" in rank0 and "F forward" in lines[-1]
+
+
+def test_the_text_schedule_draws_every_message_and_names_only_what_it_draws():
+    """Issue 30: on p6's clock each message takes one tick of a 470-tick column, and the communication rows were
+    empty while the legend listed s and r. A message marks its column however short it is, and the legend names
+    the characters drawn, no others."""
+    result = graded("p6")
+    text = timeline.schedule_text(result)
+    lines = text.splitlines()
+    comm0 = lines[2].split("|")[1]
+    sends = [e for e in result.figures["events"] if e["rank"] == 0 and e["kind"] == "send"]
+    recvs = [e for e in result.figures["events"] if e["rank"] == 0 and e["kind"] == "recv"]
+    span = int(lines[0].split("one column = ")[1].split()[0].replace(",", ""))
+    columns = {e["start"] // span for e in sends + recvs}
+    assert {i for i, ch in enumerate(comm0) if ch != "."} == columns, (comm0, sorted(columns))
+    assert comm0.count("s") + comm0.count("+") >= len({e["start"] // span for e in sends}) > 0, comm0
+    legend = lines[-1]
+    drawn = set("".join(line.split("|")[1] for line in lines[1:-1])) - {"."}
+    items = re.split(r"\s{2,}", legend.replace("communication, in any part of the column:", "  ").replace("|", ""))
+    named = {item.split(" ")[0] for item in items if item.strip()} - {"."}
+    assert named == drawn, (named, drawn, legend)
+    assert "A all-reduce" not in legend and "s send" in legend and "r recv" in legend
+
+
+def test_a_run_without_messages_has_no_communication_legend():
+    text = timeline.schedule_text(graded("p1"))
+    assert "communication" not in text.splitlines()[-1] and "s send" not in text, text.splitlines()[-1]
 
 
 def test_check_writes_a_trace_per_puzzle_and_prints_the_schedule(tmp_path):

@@ -81,7 +81,7 @@ def load_puzzle(spec: PuzzleSpec, path: Path):
 def describe_exception(exc: BaseException, learner_file=None, puzzle: str = "") -> str:
     """'ValueError: boom' plus the learner's own frames (file:line: code), the simulator's note on the rank, and
     the likely cause when the error and its line (in `puzzle`, its id, if known) single one out (error_causes.py)."""
-    head = f"{type(exc).__name__}: {exc}"
+    head = without_machine_paths(f"{type(exc).__name__}: {exc}", learner_file)
     frames = traceback.extract_tb(exc.__traceback__)
     internal = (os.path.dirname(sim.__file__) + os.sep + "simulator", sim.__file__,
                 os.path.dirname(os.path.dirname(traceback.__file__)), str(GRADER_DIR),
@@ -96,6 +96,23 @@ def describe_exception(exc: BaseException, learner_file=None, puzzle: str = "") 
     if cause:
         lines.append(f"likely cause: {cause}")
     return "\n".join(lines)
+
+
+_PACKAGES = re.compile(r"[^\s'\"()]*[/\\](?:site|dist)-packages[/\\]")  # an installed package's folder
+
+
+def without_machine_paths(text: str, learner_file=None) -> str:
+    """`text` with the folders of this machine taken off the paths it names: the project's (an ImportError says
+    "(/home/instructor/course/puzzles/model.py)"), the installed packages', the standard library's and the
+    learner's own file's. What remains (puzzles/model.py, torch/__init__.py, p3_data_parallel.py) says the same
+    to the learner, whose feedback must not carry the grading machine's paths."""
+    folders = [str(GRADER_DIR.parent), os.path.dirname(os.__file__)]
+    if learner_file is not None:
+        folders.append(os.path.dirname(os.path.abspath(str(learner_file))))
+    for folder in sorted((f.rstrip(os.sep) for f in folders), key=len, reverse=True):  # the deepest first
+        if folder:  # never the root itself: that would take the first / off every path
+            text = text.replace(folder + os.sep, "")
+    return _PACKAGES.sub("", text)
 
 
 # --------------------------------------------------------------------------------------------------------------

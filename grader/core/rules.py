@@ -8,6 +8,9 @@
                    at most a budget, or, where the rule is a volume, within [least, budget]
     groups         which group each collective ran on and whom each send went to (the events' peers), and the
                    bytes each rank sent on one of its groups
+    overlap        the communication left exposed: the makespan less the busiest rank's work, its compute stream
+                   less what ran while its messages were in flight with no arithmetic to explain it (copies and
+                   clones placed under a message hide nothing), counted up to 1.25·C
     work sequence  a pipeline stage's compute as whole microbatch forwards and backwards, read off its FLOPs,
                    and how many microbatches it held at once
     excess         a memory excess named by its size, only when the size singles one thing out
@@ -110,30 +113,97 @@ def elementwise_products(who: str, total: int, products: int, budget: int, least
 # ---- overlap: communication hidden behind compute
 
 COMPUTE_CAP = (5, 4)  # compute beyond 1.25·C hides no communication: filler work cannot buy an overlap
+ELEMENTWISE_BYTES_PER_FLOP = 3 * 8  # an elementwise op on float64 reads two operands and writes one per FLOP
 
 
-def exposed_communication(obs: Observation, c_ticks: int) -> tuple[int, int, int]:
-    """(the busiest rank's compute, that compute counted up to 1.25·C, the makespan minus it): the ticks of the
-    step that were communication and nothing else. Measured against the answer's own compute, so that its style
-    (a bucket's copies, autograd's own bookkeeping) does not count against its overlap."""
+def in_flight(obs: Observation, rank: int) -> list[tuple[int, int]]:
+    """The intervals during which one of `rank`'s messages was in flight: from the tick the rank issued it (a
+    collective may start later, when its last participant arrives) to its end, merged."""
+    spans = sorted((e.get("issued", e["start"]), e["end"]) for e in obs.events_of(rank, "comm")
+                   if e["kind"] != "new_group")
+    merged: list[list[int]] = []
+    for start, end in spans:
+        start = min(start, end)
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        elif end > start:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def explained_ticks(event: dict, device) -> int:
+    """The ticks of a compute event that its arithmetic explains: its FLOPs at the peak rate, and the memory
+    traffic of elementwise ops with as many FLOPs (ELEMENTWISE_BYTES_PER_FLOP), at most its ticks. A copy or a
+    clone (no FLOPs) explains none of its ticks, a launch of a one-FLOP op almost none."""
+    flops = event["flops"]
+    return min(event["end"] - event["start"],
+               ceil(flops / device.flops_per_tick + flops * ELEMENTWISE_BYTES_PER_FLOP / device.memory_bytes_per_tick))
+
+
+def idle_work(obs: Observation, rank: int, device) -> tuple[int, dict[str, int]]:
+    """(the ticks of `rank`'s compute stream that ran while one of its messages was in flight and that no arithmetic
+    explains, those ticks by the learner's line). Such ticks moved memory (copies, clones, fresh buffers) or
+    launched kernels: they hide no communication, or filler would."""
+    flying = in_flight(obs, rank)
+    total, by_site = 0, {}
+    for e in obs.events_of(rank, "compute"):
+        ticks = e["end"] - e["start"]
+        if ticks <= 0 or not flying:
+            continue
+        overlap = sum(max(0, min(e["end"], b) - max(e["start"], a)) for a, b in flying)
+        idle = overlap - overlap * explained_ticks(e, device) // ticks
+        if idle > 0:
+            total += idle
+            by_site[e.get("site", "?")] = by_site.get(e.get("site", "?"), 0) + idle
+    return total, by_site
+
+
+def exposed_communication(obs: Observation, c_ticks: int, device=None) -> tuple[int, int, int]:
+    """(the busiest rank's compute, its work counted up to 1.25·C, the makespan minus that): the ticks of the step
+    that were communication and nothing else. A rank's work is its compute stream's ticks, less those that ran
+    while its messages were in flight and that no arithmetic explains (idle_work): copies, clones and launches
+    placed during a message hide nothing, so filler cannot pay for an exposed message. Measured against the
+    answer's own compute otherwise, so that its style (a bucket's copies, autograd's own bookkeeping) does not
+    count against its overlap unless it runs in place of the work a message should hide behind."""
     compute = max(obs.busy_ticks(r) for r in range(obs.world_size))
-    counted = min(compute, c_ticks * COMPUTE_CAP[0] // COMPUTE_CAP[1])
+    work = compute if device is None else max(obs.busy_ticks(r) - idle_work(obs, r, device)[0]
+                                              for r in range(obs.world_size))
+    counted = min(work, c_ticks * COMPUTE_CAP[0] // COMPUTE_CAP[1])
     return compute, counted, obs.makespan - counted
 
 
-def overlap_check(obs: Observation, budget: Budget, c_ticks: int, diagnose=None) -> Check:
-    """The communication left exposed, makespan - min(compute, 1.25·C), at most budget.value ticks.
+def overlap_check(obs: Observation, budget: Budget, c_ticks: int, device, diagnose=None) -> Check:
+    """The communication left exposed, makespan - min(work, 1.25·C), at most budget.value ticks: work is the
+    busiest rank's compute, less what ran during its messages without arithmetic (exposed_communication).
     `diagnose(obs)` may say why, from the schedule."""
-    compute, counted, exposed = exposed_communication(obs, c_ticks)
+    compute, counted, exposed = exposed_communication(obs, c_ticks, device)
     comm = max(obs.busy_ticks(r, "comm") for r in range(obs.world_size))
     ok = exposed <= budget.value
-    capped = (f", counted up to 1.25·C = {fmt(counted, 'ticks')} (compute beyond that hides nothing)"
-              if counted < compute else "")
-    message = (f"makespan {fmt(obs.makespan, 'ticks')}; the compute stream was busy {fmt(compute, 'ticks')}"
-               f"{capped} and the communication stream {fmt(comm, 'ticks')}: {fmt(exposed, 'ticks')} of the step "
+    idle = [idle_work(obs, r, device) for r in range(obs.world_size)]
+    r = max(range(obs.world_size), key=lambda q: idle[q][0])
+    filler = (f", {fmt(idle[r][0], 'ticks')} of it (rank {r}) copies or launches with no arithmetic while messages "
+              f"were in flight, which hide nothing" if idle[r][0] else "")
+    capped = (f"; counted up to 1.25·C = {fmt(counted, 'ticks')} (compute beyond that hides nothing)"
+              if counted == c_ticks * COMPUTE_CAP[0] // COMPUTE_CAP[1] and counted < compute else "")
+    message = (f"makespan {fmt(obs.makespan, 'ticks')}; the compute stream was busy {fmt(compute, 'ticks')}{filler}"
+               f"{capped}, and the communication stream {fmt(comm, 'ticks')}: {fmt(exposed, 'ticks')} of the step "
                f"were communication left exposed, {'within' if ok else 'over'} the budget {budget.describe()}")
-    diagnosis = "" if ok or diagnose is None else safe_diagnosis(diagnose, obs)
+    diagnosis = ""
+    if not ok:
+        naive = obs.makespan - min(compute, c_ticks * COMPUTE_CAP[0] // COMPUTE_CAP[1])
+        if idle[r][0] and naive <= budget.value:  # the idle work alone is what puts the step over
+            diagnosis = filler_diagnosis(r, idle[r][1], idle[r][0])
+        elif diagnose is not None:
+            diagnosis = safe_diagnosis(diagnose, obs)
     return Check("makespan", ok, message, measured=exposed, budget=budget, diagnosis=diagnosis)
+
+
+def filler_diagnosis(rank: int, by_site: dict[str, int], total: int) -> str:
+    top = "; ".join(f"{site}: {ticks:,} ticks" for site, ticks in sorted(by_site.items(), key=lambda kv: -kv[1])[:2])
+    return (f"rank {rank}'s compute stream spent {total:,} ticks, while its messages were in flight, on ops that do "
+            f"no arithmetic ({top}): copies, clones or fresh buffers. They keep the stream busy but hide nothing: the "
+            f"message is as exposed as if the stream had waited. Hide each message behind the work that comes "
+            f"after it (the rest of backward), and don't wait for it before that work")
 
 
 def slow_compute(obs: Observation, c_ticks: int) -> str:
@@ -175,6 +245,20 @@ def sent(obs: Observation, rank: int, phase: str | None = None) -> dict[str, tup
         calls, nbytes = by_kind.get(e["kind"], (0, 0))
         by_kind[e["kind"]] = (calls + 1, nbytes + e["wire_bytes"])
     return by_kind
+
+
+def received(event: dict) -> int:
+    """The bytes of other ranks' data that a communication event brought its rank: a receive's buffer; a
+    collective's share from the other members, (n-1)/n of its buffer (an all-gather's output, an all-reduced
+    tensor, an all-to-all's exchange, a broadcast counted over the group's n broadcasts), 1/n of that for a
+    reduce-scatter's output; nothing for a send, a barrier or the making of a group."""
+    kind, nbytes, n = event["kind"], event["nbytes"], max(len(event.get("peers") or ()), 1)
+    if kind == "recv":
+        return nbytes
+    if kind in ("send", "barrier", "new_group") or n <= 1:
+        return 0
+    share = nbytes * (n - 1) // n
+    return share // n if kind.startswith("reduce_scatter") else share
 
 
 def describe_sent(by_kind: dict[str, tuple[int, int]]) -> str:

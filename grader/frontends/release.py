@@ -1,6 +1,8 @@
 """`python -m grader release OUT`: the copy a class receives. Everything a learner needs, no solution.
 
     released_files(root)   every file of the copy, by its path in it: THE list (extend it here)
+    named_paths(files)     the paths a learner's texts name (the README, the stories, the notebooks'), which the
+                           copy must hold
     package_files(root)    the part that `pip install` needs (also the Gradescope bundle's package)
     learner_readme(text)   the README's learner sections; instructor material left out
     solution_leaks(files)  what of solutions/ some files give away (the release refuses to write any)
@@ -8,7 +10,8 @@
 
 The stubs are generated afresh from solutions/ by the build's own functions (build.planned_files,
 build.notebook_text), never copied from puzzles/, where an instructor may have solved them. The copy holds no
-solutions/, no tests/naive or tests/wrong, no bench/ and no project test: its `pytest` runs the self-grading
+solutions/, no tests/naive or tests/wrong, no benchmark and no project test (of bench/ only the recorded
+results that the README, a story or the notebook cites, so that the citation opens): its `pytest` runs the self-grading
 tests only (tests/test_puzzles.py: a stub is skipped as not attempted), and its `python -m grader` grades its
 own puzzles/. The project's own suite stays the instructor's and needs solutions/ (it holds the references to
 their budgets); the copy's tests never do.
@@ -59,8 +62,48 @@ def released_files(root: Path) -> dict[str, str | bytes]:
     files[build.STANDALONE_NOTEBOOK] = build.notebook_text(build.fresh_notebook(root, standalone=True))
     for rel in SELF_GRADING_TESTS:
         files[rel] = (root / rel).read_bytes()
+    for rel in named_records(files):
+        files[rel] = (root / rel).read_bytes()
     files[".gitignore"] = GITIGNORE
     return files
+
+
+# A file of the copy named where a learner reads (the README, a story, the notebooks' text): bench/CORPUS.md.
+NAMED_PATH = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)+[\w.-]+\.(?:md|py|ipynb|json|png|toml))\b")
+RECORDS = "bench/"  # the benchmarks' recorded results: what the README and the stories cite for their figures
+
+
+def learner_texts(files: dict[str, str | bytes]) -> dict[str, str]:
+    """What a learner reads of the copy, by file: its README, each stub's story (the module docstring) and each
+    notebook's markdown cells. A path it names (`bench/CORPUS.md`) is relative to the copy's top."""
+    import ast
+
+    texts = {"README.md": _text(files["README.md"])}
+    for rel, data in files.items():
+        if rel.startswith("puzzles/") and _PUZZLE_FILE.match(rel[8:]):
+            texts[rel] = ast.get_docstring(ast.parse(_text(data))) or ""
+        elif rel.endswith(".ipynb"):
+            nb = nbformat.reads(_text(data), as_version=4)
+            texts[rel] = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    return texts
+
+
+def named_paths(files: dict[str, str | bytes]) -> dict[str, list[str]]:
+    """{a path a learner reads: the files that name it}."""
+    named: dict[str, list[str]] = {}
+    for rel, text in learner_texts(files).items():
+        for path in NAMED_PATH.findall(text):
+            named.setdefault(path, []).append(rel)
+    return named
+
+
+def named_records(files: dict[str, str | bytes]) -> list[str]:
+    """The recorded results (bench/*.md) that the learner's texts cite: they ship, so that each citation opens."""
+    return sorted(p for p in named_paths(files) if p.startswith(RECORDS) and p.endswith(".md"))
+
+
+def _text(data: str | bytes) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
 def package_files(root: Path) -> dict[str, str | bytes]:

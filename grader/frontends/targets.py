@@ -64,6 +64,29 @@ def _holds_puzzles(folder: Path) -> None:
                             f"{held}. Give the folder that holds your pN_*.py files, or a notebook")
 
 
+def check_target(target) -> str | None:
+    """Refuse now what grade_target would refuse before grading anything (no such target, a folder with no puzzle
+    file, a file that is neither a puzzle file nor a notebook that reads), with the same errors; return the id of
+    the puzzle a puzzle file holds (None for a folder or a notebook). pytest's --target is one usage error so."""
+    path = resolve_target(target)
+    if path.suffix == ".ipynb":
+        from .notebooks.cells import learner_cells, read_notebook
+
+        learner_cells(read_notebook(path))  # NotebookError
+        return None
+    if path.is_file():
+        return _puzzle_file(path).id
+    _holds_puzzles(path)
+    return None
+
+
+def _puzzle_file(path: Path):
+    spec = next((s for s in SPECS.values() if s.filename == path.name), None)
+    if spec is None:
+        raise FileNotFoundError(f"{path} is not a puzzle file (p1_checkpointing.py, ...), a folder or a notebook")
+    return spec
+
+
 def grade_target(target, puzzle_ids=None, seed: int = 0, backend: str = "sim", notes: list | None = None,
                  **options) -> list[PuzzleResult]:
     """Grade every puzzle (or those in `puzzle_ids`) of a folder laid out like puzzles/, of one puzzle file, or
@@ -83,9 +106,7 @@ def grade_target(target, puzzle_ids=None, seed: int = 0, backend: str = "sim", n
             notes.extend(f"{path.name}: {note}" for note in target.extracted.notes)
         return [target.extracted.relocate(r) for r in results]
     if path.is_file():
-        spec = next((s for s in SPECS.values() if s.filename == path.name), None)
-        if spec is None:
-            raise FileNotFoundError(f"{path} is not a puzzle file (p1_checkpointing.py, ...), a folder or a notebook")
+        spec = _puzzle_file(path)
         ids = puzzle_ids or [spec.id]
         if ids != [spec.id]:
             raise KeyError(f"{path.name} holds {spec.id} only, not {', '.join(i for i in ids if i != spec.id)}")

@@ -93,8 +93,23 @@ COMPUTE_CHARS = {"forward": "F", "backward": "B", "recompute": "R", "weight": "W
 COMM_CHARS = {"send": "s", "recv": "r", "all_reduce": "A", "all_gather": "G", "all_gather_into_tensor": "G",
               "reduce_scatter_tensor": "S", "broadcast": "b", "barrier": "|", "all_to_all_single": "X",
               "all_to_all": "X"}
-LEGEND = ("F forward (all compute outside backward)  B backward  W weight gradient  R recompute  D disk  . idle   |   s send  r recv  A all-reduce  "
-          "G all-gather  S reduce-scatter  X all-to-all  b broadcast")
+NAMES = {"F": "forward (all compute outside backward)", "B": "backward", "W": "weight gradient", "R": "recompute",
+         "D": "disk", "s": "send", "r": "recv", "A": "all-reduce", "G": "all-gather", "S": "reduce-scatter",
+         "X": "all-to-all", "b": "broadcast", "|": "barrier", "?": "other",
+         "+": "several kinds"}
+
+
+def legend(compute: str, comm: str) -> str:
+    """What the characters drawn mean, those drawn only: a legend that lists `s send` over empty communication
+    rows sends the reader looking for sends that are not there."""
+    def named(chars: str) -> list[str]:
+        order = list(NAMES)
+        return [f"{c} {NAMES[c]}" for c in sorted(set(chars) - {"."}, key=order.index)]
+
+    parts = ["  ".join(named(compute) + [". idle"])]
+    if set(comm) - {"."}:
+        parts.append("communication, in any part of the column: " + "  ".join(named(comm)))
+    return "   |   ".join(parts)
 
 
 def _compute_char(event: dict) -> str:
@@ -106,8 +121,11 @@ def _compute_char(event: dict) -> str:
     return COMPUTE_CHARS.get(event["kind"], "?")
 
 
-def _row(events: list[dict], char_of, start: int, width: int, span: int) -> str:
-    """One character per `span` ticks: the event that covers most of the column, or idle when none covers half."""
+def _row(events: list[dict], char_of, start: int, width: int, span: int, least: float = 0.5,
+         several: str | None = None) -> str:
+    """One character per `span` ticks: the event that covers most of the column, or idle when none covers `least`
+    of it (half, for compute; any part, for messages, which often last a tick or two of a column of hundreds);
+    `several` (when given) for a column that holds events of more than one kind (a send and a recv at once)."""
     cells = []
     for c in range(width):
         lo, hi = start + c * span, start + (c + 1) * span
@@ -118,7 +136,10 @@ def _row(events: list[dict], char_of, start: int, width: int, span: int) -> str:
                 ch = char_of(e)
                 cover[ch] = cover.get(ch, 0) + overlap
         best = max(cover.items(), key=lambda kv: kv[1], default=(".", 0))
-        cells.append(best[0] if best[1] * 2 >= span else ".")
+        if several and len(cover) > 1:
+            cells.append(several)
+        else:
+            cells.append(best[0] if best[1] > 0 and best[1] >= least * span else ".")
     return "".join(cells)
 
 
@@ -133,13 +154,16 @@ def schedule_text(result: PuzzleResult, width: int = 96) -> str:
     width = -(-makespan // span)
     ranks = sorted({e["rank"] for e in events})
     lines = [f"{result.id} {result.title}: makespan {makespan:,} ticks, one column = {span:,} ticks"]
+    drawn_compute = drawn_comm = ""
     for r in ranks:
         mine = [e for e in events if e["rank"] == r]
         compute = [e for e in mine if e["stream"] == "compute"]
         comm = [e for e in mine if e["stream"] == "comm" and e["end"] > e["start"]]
         busy = sum(e["end"] - e["start"] for e in compute)
-        lines.append(f"rank {r:<2} compute |{_row(compute, _compute_char, 0, width, span)}| busy "
-                     f"{busy / makespan:.0%}")
-        lines.append(f"        comm    |{_row(comm, lambda e: COMM_CHARS.get(e['kind'], '?'), 0, width, span)}|")
-    lines.append(LEGEND)
+        compute_row = _row(compute, _compute_char, 0, width, span)
+        comm_row = _row(comm, lambda e: COMM_CHARS.get(e["kind"], "?"), 0, width, span, least=0, several="+")
+        drawn_compute, drawn_comm = drawn_compute + compute_row, drawn_comm + comm_row
+        lines.append(f"rank {r:<2} compute |{compute_row}| busy {busy / makespan:.0%}")
+        lines.append(f"        comm    |{comm_row}|")
+    lines.append(legend(drawn_compute, drawn_comm))
     return "\n".join(lines)

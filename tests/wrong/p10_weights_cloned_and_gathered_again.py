@@ -1,14 +1,16 @@
 """p10 cheat against the memory rules: each gathered layer is cloned and the clone kept for the backward (the
 gather buffers themselves are let go), the backward still launches its gathers, so that the bytes sent are
 ZeRO-3's, and a tiny reduce-scatter comes first, to end the forward-memory window before it begins. The gathered
-buffers alive look right; the ledger sees the clones, and the window closes only at a layer's gradient."""
+buffers alive look right; the ledger sees the clones, and the window closes only at a layer's gradient. The clones
+also run while the next layer's gather is in flight: copies with no arithmetic, which hide no communication, so
+the makespan is over too (issue 29)."""
 
 import torch
 import torch.nn.functional as F
 
 MISTAKE = ("copies of every layer's weights are kept from the forward for the backward, the backward's gathers "
            "only for show")
-EXPECTED_FAILURES = {"forward memory"}
+EXPECTED_FAILURES = {"forward memory", "makespan"}
 DIAGNOSIS = "copies of the gathered weights"
 
 

@@ -1,12 +1,13 @@
 """p2 cheat: puzzle 1's full checkpoints on every rank, kept as sparse tensors, whose bytes live in their indices
-and values rather than in a storage of their own (the ledger once missed them: 0 bytes kept, and p2 passed)."""
+and values rather than in a storage of their own (the ledger once missed them: 0 bytes kept, and p2 passed).
+Nothing is gathered: the gather checks fail too."""
 
 import torch
 
 from puzzles.model import block, forward
 
 MISTAKE = "the full checkpoints are kept on every rank, as sparse tensors, to hide them from the ledger"
-EXPECTED_FAILURES = {"checkpoint bytes", "peak memory"}
+EXPECTED_FAILURES = {"checkpoint bytes", "peak memory", "gathered checkpoints", "gathered in time"}
 DIAGNOSIS = "every rank kept the full checkpoints"
 
 

@@ -1,12 +1,13 @@
 """p2 cheat: puzzle 1's full checkpoints on every rank, each copied into a buffer made empty and then grown in
-place with resize_ (the ledger once charged a storage only for the size it was made with: 0 bytes kept)."""
+place with resize_ (the ledger once charged a storage only for the size it was made with: 0 bytes kept). Nothing is
+gathered: the gather checks fail too."""
 
 import torch
 
 from puzzles.model import block, forward
 
 MISTAKE = "the full checkpoints are kept on every rank, in buffers grown by resize_ to hide them from the ledger"
-EXPECTED_FAILURES = {"checkpoint bytes"}
+EXPECTED_FAILURES = {"checkpoint bytes", "gathered checkpoints", "gathered in time"}
 DIAGNOSIS = "every rank kept the full checkpoints"
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ...core.result import ERROR, FAIL, NOT_ATTEMPTED, PASS, PuzzleResult
 from ...specs import select
+from ..progress import Progress
 from . import reaper, sandbox, wire
 from .submissions import Broken, Submission, private_copy, submissions_in
 from .verdict import printable, verdict
@@ -189,7 +190,7 @@ def grade_submission(sub: Submission, index: int, worker: Worker | None, seed: i
             reply, payload = worker.run(request)
             result, flags = verdict(spec, reply, payload, seed, limit, memory_mb)
             if result.status == NOT_ATTEMPTED and result.error.startswith("there is no "):  # not the jail's path
-                where = f" ({sub.graded})" if sub.graded else ""
+                where = f" ({sub.graded})" if sub.graded.endswith("/") else ""  # the folder it was looked for in
                 result.error = f"not handed in: there is no {spec.filename} in this submission{where}"
             if limit < timeout and reply.get("timed_out"):  # the submission's limit stopped it, not its own
                 _, _, said = result.error.partition("\n")
@@ -220,7 +221,8 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
               progress=sys.stderr, sandbox_mode: str = "auto", submission_timeout: float | None = None) -> list[dict]:
     """Grade every item of `folder`, `jobs` at a time; one row per item, in the folder's order. `timeout` is the
     limit of each puzzle, in seconds, so a submission takes at most (number of puzzles) x timeout, or
-    `submission_timeout` when that is given and less."""
+    `submission_timeout` when that is given and less. `progress` is the stream of the log (the sandbox, then a line
+    per submission as it is graded); at a terminal a progress line with the time left stays under it."""
     if not hasattr(os, "fork"):
         raise OSError("batch grading needs fork() (Linux or macOS); on Windows, run it in WSL2 or a Linux container")
     items = submissions_in(Path(folder))
@@ -231,7 +233,7 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
     with tempfile.TemporaryDirectory(prefix="grader-batch-") as tmp:
         scratch = Path(tmp)
         scratch.chmod(0o711)  # a job's uid may pass through (process mode); nobody may list it
-        pool = None
+        pool = bar = None
         try:
             for slot in range(min(max(1, jobs), len(gradable), sandbox.JOBS_PER_BATCH)):
                 workers.append(Worker(slot, sandbox_mode, scratch, strays))
@@ -253,11 +255,14 @@ def run_batch(folder: Path, seed: int, timeout: float, memory_mb: int, puzzle_id
 
             pool = ThreadPoolExecutor(max_workers=max(1, len(workers)))
             futures = {pool.submit(grade, i, item): i for i, item in enumerate(items)}
+            bar = Progress(len(items), "submissions graded", progress)  # drawn at a terminal only
             for done, future in enumerate(as_completed(futures), 1):
                 row = rows[futures[future]] = future.result()
-                print(f"[{done}/{len(items)}] {printable(row['name'])}: {summary(row)} ({row['seconds']:.1f} s)",
-                      file=progress, flush=True)
+                bar.write(f"[{done}/{len(items)}] {printable(row['name'])}: {summary(row)} ({row['seconds']:.1f} s)",
+                          advance=1)
         finally:  # also on Ctrl-C: stop the workers first, so that no thread waits out a puzzle's limit
+            if bar is not None:
+                bar.close()
             for w in workers:
                 w.closing = True
                 w.stop()

@@ -39,7 +39,7 @@ class Submission:
     items: list[str]  # the entries of SUBMISSIONS it is made of
     files: dict[str, Path] | None = None
     notebook: Path | None = None
-    graded: str = ""  # where in it the work was taken from, when not from the item itself ("puzzles/")
+    graded: str = ""  # what of it was graded: "puzzles/", "puzzles.ipynb", "its top (3 puzzle files)", "4 files"
     note: str = ""
     flags: list[str] = field(default_factory=list)
     error: str = ""
@@ -64,6 +64,7 @@ def submissions_in(folder: Path) -> list[Submission]:
             continue
         elif loose and item == loose[0]:
             out.append(Submission(folder.name, "folder", [p.name for p in loose], files={p.name: p for p in loose},
+                                  graded=at_the_top(len(loose)),
                                   flags=[f"puzzle files at the top of {folder.name}/, with no learner's name: graded "
                                          f"as one submission (a class is a folder or a notebook per learner)"]))
         elif item in loose:
@@ -71,7 +72,7 @@ def submissions_in(folder: Path) -> list[Submission]:
         elif item.name.startswith("."):
             out.append(Submission(item.name, "stray", [item.name], error=STRAY))
         elif item.suffix == ".ipynb" and item.is_file():
-            out.append(Submission(item.name, "notebook", [item.name], notebook=item))
+            out.append(Submission(item.name, "notebook", [item.name], notebook=item, graded=item.name))
         elif item.is_dir():
             out.append(from_folder(item))
         else:
@@ -87,7 +88,7 @@ def from_folder(item: Path) -> Submission:
     elif work.path.suffix == ".ipynb":
         sub.kind, sub.notebook, sub.graded = "notebook", work.path, shown(work.path, item)
     else:
-        sub.graded = "" if work.path == item else shown(work.path, item)
+        sub.graded = at_the_top(count_puzzle_files(item)) if work.path == item else shown(work.path, item)
         try:
             sub.files = top_files(work.path)
         except Broken as exc:
@@ -95,14 +96,24 @@ def from_folder(item: Path) -> Submission:
     return sub
 
 
+def at_the_top(n: int) -> str:
+    """The `graded` column of a submission whose puzzle files lie at its top (no deeper folder, no notebook)."""
+    return f"its top ({n} puzzle file{'s' if n != 1 else ''})"
+
+
+def count_puzzle_files(folder: Path) -> int:
+    return sum(1 for name in PUZZLE_FILES if (folder / name).is_file())
+
+
 def from_lms(group) -> Submission:
     items = sorted(p.name for p in [*group.files.values(), *group.notebooks])
-    sub = Submission(group.name, "files", items, flags=list(group.flags), graded=f"{len(items)} files")
+    sub = Submission(group.name, "files", items, flags=list(group.flags), graded=f"{len(items)} file{'s' if len(items) != 1 else ''}")
     edited = any(learner_edited(p.read_text(errors="replace")) for name, p in group.files.items()
                  if name in PUZZLE_FILES)
     notebooks = [n for n in group.notebooks if notebook_has_work(n)]
     if group.notebooks and not edited:
-        sub.kind, sub.notebook, sub.graded = "notebook", (notebooks or group.notebooks)[0], ""
+        sub.kind, sub.notebook = "notebook", (notebooks or group.notebooks)[0]
+        sub.graded = sub.notebook.name
         sub.note = f"Graded {sub.notebook.name}; the puzzle files were as generated."
     else:
         sub.files = dict(group.files)

@@ -75,6 +75,8 @@ def mutate_puzzle(spec, folder: Path, seed: int, equivalents: list[Equivalent], 
     run.reference_peak, run.reference_makespan = list(reference.peak_bytes), reference.makespan_ticks
     run.limits = Limits.from_reference(run.reference_seconds, memory_mb)
     mutants = make_mutants(source, spec.id, operators)
+    if progress:
+        progress.begin(spec.id, len(mutants))
 
     def judged(outcome: Outcome) -> None:  # as each mutant finishes, so that progress shows survivors at once
         reason = reason_for(outcome.mutant, equivalents)
@@ -83,7 +85,7 @@ def mutate_puzzle(spec, folder: Path, seed: int, equivalents: list[Equivalent], 
         elif reason and outcome.status == KILLED:
             outcome.listed_equivalent = reason
         if progress:
-            progress(outcome)
+            progress.judged(outcome)
 
     run.outcomes = grade_mutants(spec, mutants, seed, run.limits, jobs, judged)
     if not operators:  # with every operator run, an entry that matched nothing is out of date
@@ -100,7 +102,8 @@ def _cpu_seconds() -> float:
 def mutate_target(folder: Path, puzzle_ids, seed: int, equivalents: list[Equivalent], jobs: int | None = None,
                   operators=None, memory_mb: int = 4096, progress=None) -> list[PuzzleRun]:
     """Mutation-test every puzzle of `puzzle_ids` (all when empty) whose reference lies in `folder`.
-    `progress(outcome)` is called as each mutant is judged. SIGTERM and SIGINT while mutants run raise
+    `progress` (command.Watch, or None) hears `begin(puzzle, number of mutants)` as a puzzle's mutants are made and
+    `judged(outcome)` as each is judged. SIGTERM and SIGINT while mutants run raise
     KeyboardInterrupt after their children are killed (runner._Stop)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # before the first fork, and for the reference: see runner.py

@@ -5,7 +5,9 @@ The docstrings use three shapes, and each becomes what markdown has for it:
     "  - item" / "  1. item" with its      list items; continuation lines aligned under the item's text join it
     continuation lines
     anything indented further than the     a fenced code block, dedented: ASCII diagrams, schedules and aligned
-    text it belongs to                     formulas keep their columns and scroll instead of reflowing
+    text it belongs to                     formulas keep their columns and scroll instead of reflowing; a block
+                                           that opens with ">>> " is code to type (a doctest example, which
+                                           tests/test_story_code.py runs), fenced as Python
 A fenced block inside a list item is indented to the item's content, so it stays part of the item.
 """
 
@@ -94,7 +96,8 @@ def render(blocks: list[Block]) -> str:
             out.append("\n".join(pad + line for line in block.lines))
         else:
             cut = min(_indent(line) for line in block.lines if line.strip())
-            out += [pad + "```text", *[(pad + line[cut:]) if line.strip() else "" for line in block.lines],
+            fence = "```python" if block.lines[0].lstrip().startswith(">>> ") else "```text"  # an example to type
+            out += [pad + fence, *[(pad + line[cut:]) if line.strip() else "" for line in block.lines],
                     pad + "```"]
     return "\n".join(out)
 

@@ -259,7 +259,7 @@ class SubmissionScore:
     flags: list[str]
     seconds: float
     puzzles: list[PuzzleScore]
-    graded: str = ""  # where in the submission the work was taken from, when not from the item itself
+    graded: str = ""  # what of the submission was graded ("puzzles/", "its top (3 puzzle files)", "alice.ipynb")
     note: str = ""  # what was graded and what was not, for the learner
 
     @property

@@ -7,9 +7,14 @@ stage boundaries, and the checks of both puzzles' rules.
                                        m·(F + BW + LF + LB) FLOPs and a little bookkeeping, so no recomputation
                                        and no other stage's blocks
     bubble                             1 - W/makespan, W = m·(F + BW + LF + LB) the last (busiest) stage's own
-                                       work on the clock: at most (p-1)/(m+p-1) + 0.5 points
+                                       work on the clock (its own compute where that is less, so never below
+                                       zero): at most (p-1)/(m+p-1) + 0.5 points; read only once the clock holds
+                                       each stage's work between the messages that need it, and a makespan at
+                                       least the critical path's products at the peak rate
+                                       (pipeline_schedule.py); else the check fails as impossible
 
-The model cut into stages, and the diagnosis of wrong values, live in pipeline_values.py.
+The model cut into stages, and the diagnosis of wrong values, live in pipeline_values.py; the schedule read
+off the messages, in pipeline_schedule.py.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from puzzles.model import forward, init_layers, loss_fn, make_batch
 from ...core.compare import safe_diagnosis, values_check
 from ...core.result import Budget, Check, fmt
 from ...core.rules import compute_check, flops, work_sequence
+from ...core.schedule import peak_ticks
 from ...core.spec import Observation, PuzzleSpec
+from .pipeline_schedule import impossible, stage_relays
 from .pipeline_values import (ALLOWANCE, B, BACKWARD, COST, D, FORWARD, H, L, LOSS_BACKWARD, LOSS_FORWARD, M, MB, P,
                               PRODUCTS, STAGE_WORK, TOLERANCE, WORK_SLACK, backward_cost, diagnose_values, forward_cost, stage_of,
                               value_pairs)
@@ -101,23 +108,46 @@ class PipelineSpec(PuzzleSpec):
             return cause["text"]
 
         budgets = self.budgets(inputs)
-        checks = [values_check("stage gradients", grad_pairs, "stage gradients", diagnose),
-                  values_check("input gradients", input_pairs, "input gradients", diagnose),
-                  compute_check(obs, budgets["stage compute"], self.diagnose_compute, name="stage compute",
-                                least=M * PRODUCTS),
-                  self.bubble_check(obs, budgets["bubble"])]
+        values = [values_check("stage gradients", grad_pairs, "stage gradients", diagnose),
+                  values_check("input gradients", input_pairs, "input gradients", diagnose)]
+        checks = values + [compute_check(obs, budgets["stage compute"], self.diagnose_compute, name="stage compute",
+                                         least=M * PRODUCTS),
+                           self.bubble_check(obs, budgets["bubble"], all(c.passed for c in values))]
         return checks + self.extra_checks(obs, ref, inputs)
 
     def extra_checks(self, obs, ref, inputs) -> list[Check]:
         return []
 
-    def bubble_check(self, obs: Observation, budget: Budget) -> Check:
-        work = STAGE_WORK[P - 1].ticks  # the last stage's own work: m forwards and backwards, with the loss
+    # ---- the schedule the bubble is read off
+
+    def relays(self, obs: Observation, rank: int):
+        """The stage's work between its messages (common/pipeline_schedule.py): F, B and W products per
+        microbatch are each a third of the stage's PRODUCTS."""
+        return stage_relays(obs, rank, rank - 1 if rank else None, rank + 1 if rank < P - 1 else None, M, MB * D * 8,
+                            PRODUCTS // 3, PRODUCTS // 3, PRODUCTS // 3)
+
+    def impossible(self, obs: Observation, budget: Budget, values_right: bool) -> Check | None:
+        """A schedule the clock could not have run: a stage's work missing between its messages, or a makespan
+        below the critical path's work, (p-1) forwards to reach the last stage and its m forwards and backwards."""
+        floor = peak_ticks((P - 1) * (PRODUCTS // 3) + M * PRODUCTS, self.cost.device)
+        return impossible(obs, lambda r: self.relays(obs, r), floor,
+                          "the products of (p-1) stage forwards and the last stage's m forwards and backwards",
+                          budget, values_right)
+
+    def bubble_check(self, obs: Observation, budget: Budget, values_right: bool = True) -> Check:
+        refused = self.impossible(obs, budget, values_right)
+        if refused is not None:
+            return refused
+        busy = obs.busy_ticks(P - 1)
+        work = min(STAGE_WORK[P - 1].ticks, busy)  # the last stage's own work: m forwards and backwards, with the loss
         ideal = (M + P - 1) * (FORWARD + BACKWARD).ticks + M * (LOSS_FORWARD + LOSS_BACKWARD).ticks
         bubble = 1 - work / obs.makespan if obs.makespan else 0.0
         ok = bubble <= budget.value
+        own = (f" (counted as its own compute, {fmt(busy, 'ticks')}, where that is less: a bubble is never below zero)"
+               if busy < STAGE_WORK[P - 1].ticks else "")
         message = (f"the step took {fmt(obs.makespan, 'ticks')}, against the last stage's own work of "
-                   f"W = m·(F + BW + LF + LB) = {fmt(work, 'ticks')}: a bubble of 1 - W/makespan = "
+                   f"W = m·(F + BW + LF + LB) = {fmt(STAGE_WORK[P - 1].ticks, 'ticks')}{own}: a bubble of "
+                   f"1 - W/makespan = "
                    f"{fmt(bubble, 'fraction')}, {'within' if ok else 'over'} the budget {budget.describe()} (a "
                    f"perfect {P}-stage pipeline of {M} microbatches takes about (m+p-1)·(F + BW) + m·(LF + LB) = "
                    f"{fmt(ideal, 'ticks')}). Compute per rank: "

@@ -154,7 +154,7 @@ class Fsdp(PuzzleSpec):
                               (FORWARD + BACKWARD + REST).flops + ALLOWANCE, "count"),
             "communication": Budget("communication", f"3·(N-1)/N·8Ψ + {BOOKKEEPING_BYTES:,} bytes (two gathers and "
                                     f"one reduce-scatter of every layer)", ZERO3_BYTES + BOOKKEEPING_BYTES, "bytes"),
-            "makespan": Budget("makespan", f"communication left exposed, makespan - min(compute, 1.25·C), at most "
+            "makespan": Budget("makespan", f"communication left exposed, makespan - min(work, 1.25·C), at most "
                                f"2·A + T = one gather and one reduce-scatter {2 * a:,} + tolerance "
                                f"{TOLERANCE_PERCENT}%·C {t:,} ticks (C = {c:,}, the step's compute)", 2 * a + t,
                                "ticks"),
@@ -169,7 +169,7 @@ class Fsdp(PuzzleSpec):
                               least=PRODUCT_FLOPS - 2 * ROWS * D * H),
                 communication_volume_check(obs, budgets["communication"], ZERO3_BYTES,
                                            diagnose=self.diagnose_communication),
-                overlap_check(obs, budgets["makespan"], compute_ticks(), self.diagnose_makespan)]
+                overlap_check(obs, budgets["makespan"], compute_ticks(), self.cost.device, self.diagnose_makespan)]
 
     def check_values(self, obs: Observation, ref, inputs) -> Check:
         pairs = []

@@ -5,7 +5,8 @@ The rules, each measured as such: every rank's stage gradients and returned inpu
 model; the groups build_3d_groups returned and the group every collective ran on, the peer of every send
 (groups.py); the bytes each rank sent on its tensor-parallel and its data-parallel group; the peak memory
 (weights 1/(p·t)); each rank's compute (exactly its 1/8 of the serial step); and the pipeline's bubble, read off
-the simulated clock up to the last backward. The layout and the sizes are in layout.py."""
+the simulated clock up to the last backward, once the schedule read off the pipeline's messages is one the clock
+could have run (common/pipeline_schedule.py). The layout and the sizes are in layout.py."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from ...core.compare import ratio, safe_diagnosis, tensor_mismatch, values_check
 from ...core.result import Budget, Check, fmt
 from ...core.rules import (BOOKKEEPING_BYTES, compute_check, flops, group_communication_check, sent_on_group,
                            sized_like, work_sequence)
+from ...core.schedule import peak_ticks
 from ...core.spec import Observation, PuzzleSpec, pair_at
+from ..common.pipeline_schedule import impossible, stage_relays
 from .groups import diagnose_dp_bytes, diagnose_tp_bytes, groups_check
 from .layout import (ACT, BACKWARD, BR, COST, D, DIM, DP_BYTES, FORWARD, HS, LOSS_BACKWARD, LOSS_FORWARD, M, MB, PER,
                      PRODUCTS, SHARE_FLOPS, STAGE_WORK, TP_BYTES, W_RANK, WORLD, B, H, L, P, T, coords, detached,
-                     dp_ranks, groups_of, rows, serial, shard, sliced, tp_ranks)
+                     ACTIVATION, dp_ranks, groups_of, rank_of, rows, serial, shard, sliced, tp_ranks)
 
 TOLERANCE = Fraction(1, 100)  # a point above (p-1)/(m+p-1): the 1-tick all-reduces and sends, f's and g's copies
 WORK_SLACK = Fraction(1, 20)  # a rank's compute within 5% of its stage's work is that work (clones, a cat)
@@ -114,12 +117,12 @@ class ThreeDParallel(PuzzleSpec):
                                                input_pairs)
             return cause["text"]
 
-        return [values_check("stage gradients", grad_pairs, "stage gradients", diagnose),
-                values_check("input gradients", input_pairs, "input gradients", diagnose),
-                groups, tp, dp,
+        values = [values_check("stage gradients", grad_pairs, "stage gradients", diagnose),
+                  values_check("input gradients", input_pairs, "input gradients", diagnose)]
+        return [*values, groups, tp, dp,
                 self.memory_check(obs, budgets["peak memory"]),
                 compute_check(obs, budgets["compute"], self.diagnose_compute, least=PRODUCTS),
-                self.bubble_check(obs, budgets["bubble"])]
+                self.bubble_check(obs, budgets["bubble"], all(c.passed for c in values))]
 
     @staticmethod
     def sent_on(obs, group_of) -> list[int]:
@@ -147,15 +150,35 @@ class ThreeDParallel(PuzzleSpec):
 
     # ---- the clock
 
-    def bubble_check(self, obs: Observation, budget: Budget) -> Check:
-        work = STAGE_WORK[P - 1].ticks  # the last stage's own work, with the loss: the busiest
+    @staticmethod
+    def relays(obs: Observation, rank: int):
+        """The rank's share of its stage's work between the pipeline's messages (common/pipeline_schedule.py):
+        its slice of each microbatch's forward, input gradient and weight gradients, a third of its products each."""
+        pp, dp, tp = coords(rank)
+        unit = PRODUCTS // M // 3
+        return stage_relays(obs, rank, rank_of(pp - 1, dp, tp) if pp else None,
+                            rank_of(pp + 1, dp, tp) if pp < P - 1 else None, M, ACTIVATION, unit, unit, unit)
+
+    def bubble_check(self, obs: Observation, budget: Budget, values_right: bool = True) -> Check:
+        unit = PRODUCTS // M // 3
+        floor = peak_ticks((P - 1) * unit + M * 3 * unit, COST.device)
+        refused = impossible(obs, lambda r: self.relays(obs, r), floor, "the products of (p-1) stage forwards and "
+                             "the last stage's m forwards and backwards (a rank's slice)", budget, values_right)
+        if refused is not None:
+            return refused
         ideal = (M + P - 1) * (FORWARD + BACKWARD).ticks + M * (LOSS_FORWARD + LOSS_BACKWARD).ticks
         ends = [e["end"] for e in obs.events_of(stream="compute", kind="backward")]
         span = max(ends, default=0)
+        busy = max((sum(e["end"] - e["start"] for e in obs.events_of(r, "compute") if e["end"] <= span)
+                    for r in range(obs.world_size) if coords(r)[0] == P - 1), default=0)
+        work = min(STAGE_WORK[P - 1].ticks, busy)  # the last stage's own work, with the loss: the busiest
         bubble = 1 - work / span if span else 0.0
         ok = bubble <= budget.value
+        own = (f" (counted as its own compute by then, {fmt(busy, 'ticks')}, where that is less)"
+               if busy < STAGE_WORK[P - 1].ticks else "")
         message = (f"the last backward ended at T_pipe = {fmt(span, 'ticks')}, against the last stage's own work of "
-                   f"W = m·(F + BW + LF + LB) = {fmt(work, 'ticks')}: a bubble of 1 - W/T_pipe = "
+                   f"W = m·(F + BW + LF + LB) = {fmt(STAGE_WORK[P - 1].ticks, 'ticks')}{own}: a bubble of "
+                   f"1 - W/T_pipe = "
                    f"{fmt(bubble, 'fraction')}, {'within' if ok else 'over'} the budget {budget.describe()} (a "
                    f"perfect {P}-stage pipeline of {M} microbatches takes about (m+p-1)·(F + BW) + m·(LF + LB) = "
                    f"{fmt(ideal, 'ticks')}; the whole step took {fmt(obs.makespan, 'ticks')} with the gradients' "

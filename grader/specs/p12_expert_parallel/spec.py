@@ -39,6 +39,24 @@ ROUTING_ALLOWANCE = TOKEN_FLOPS // 4
 ACCUMULATION_ALLOWANCE = (N - 1) * LOCAL * 2 * DIM * H
 
 
+# What of that room runs outside backward: the routing's forward (softmax, top-1, positions, the gate's multiply,
+# the combine: about 4,000-5,300 FLOPs in the reference and the other styles), at most half the routing's room. The
+# accumulation allowance is autograd's, inside backward. A dispatch or combine written as one-hot masks multiplied
+# in and summed (n·K·d multiplies and as many adds: 26,624 FLOPs, forward alone) is products in elementwise ops and
+# does not fit; as matmuls it is over the exact products.
+ROUTING_FORWARD = ROUTING_ALLOWANCE // 2
+
+
+def forward_room(rank: int) -> int:
+    """The most elementwise work (FLOPs not in products) rank `rank` may compute outside backward: its experts'
+    gelu on each kept token (h each) and the routing's forward."""
+    return KEPT_ON[rank] * H + ROUTING_FORWARD
+
+
+def elementwise_forward(obs: Observation, rank: int) -> int:
+    return sum(e["flops"] - e.get("product_flops", 0) for e in obs.events_of(rank, "compute", "forward"))
+
+
 def least_of(rank: int) -> int:
     """The products rank `rank` computes, exactly: the router's three matmuls, its experts' six per kept token."""
     return ROUTER_FLOPS + KEPT_ON[rank] * TOKEN_FLOPS
@@ -129,7 +147,8 @@ class ExpertParallel(PuzzleSpec):
                 "expert compute", f"6·n·d·E + K·(12·d·h + 2·h) + 12·d·h/4 + (N-1)·2·2·d·h, with K = {KEPT_ON[r]} "
                 f"tokens kept for rank {r}'s experts (the router's matmuls, then its experts' forward and backward "
                 f"with gelu's; room for the routing's elementwise work and for adding the experts' gradients once "
-                f"per source rank; of it exactly 6·n·d·E + K·12·d·h = {least_of(r):,} in products)", compute_of(r),
+                f"per source rank; of it exactly 6·n·d·E + K·12·d·h = {least_of(r):,} in products, and at most "
+                f"K·h + 12·d·h/8 = {forward_room(r):,} of elementwise work outside backward)", compute_of(r),
                 "count")
             budgets[f"communication, rank {r}"] = Budget(
                 "communication", f"2·(S + R)·d·8 + 1 KiB with S = {SENT_AWAY[r]} tokens leaving rank {r} and R = "
@@ -182,7 +201,9 @@ class ExpertParallel(PuzzleSpec):
     def compute_check(self, obs: Observation, budgets) -> Check:
         per_rank = [flops(obs, r) for r in range(N)]
         products = [product_flops(obs, r) for r in range(N)]
-        off = [r for r in range(N) if per_rank[r] > compute_of(r) or products[r] != least_of(r)]
+        forward = [elementwise_forward(obs, r) for r in range(N)]
+        off = [r for r in range(N) if per_rank[r] > compute_of(r) or products[r] != least_of(r)
+               or forward[r] > forward_room(r)]
         ticks = [obs.busy_ticks(r) for r in range(N)]
         shown = ", ".join(f"rank {r}: {per_rank[r]:,} (at most {compute_of(r):,}), {products[r]:,} in products "
                           f"(exactly {least_of(r):,})" for r in range(N))
@@ -196,6 +217,14 @@ class ExpertParallel(PuzzleSpec):
                          measured=per_rank[0], budget=budget)
         if products[r] != least_of(r):
             word = f"with {products[r]:,} in products where {least_of(r):,} are its share"
+        elif per_rank[r] <= compute_of(r):
+            message = (f"rank {r} computed {per_rank[r]:,} FLOPs, within {budget.describe()} FLOPs, and its products "
+                       f"are its share exactly, but {forward[r]:,} of them are elementwise work and reductions "
+                       f"outside backward, where its experts' gelus (K·h = {KEPT_ON[r] * H:,}) and the routing's "
+                       f"forward (at most 12·d·h/8 = {ROUTING_FORWARD:,}) take at most {forward_room(r):,}. Per "
+                       f"rank: {shown}. {clock}".rstrip(". ") + ".")
+            return Check("expert compute", False, message, measured=per_rank[r], budget=budget,
+                         diagnosis=self.diagnose_forward(r, forward[r]))
         else:
             word = "more than"
         message = (f"rank {r} computed {per_rank[r]:,} FLOPs, {word} the budget {budget.describe()} FLOPs "
@@ -210,6 +239,20 @@ class ExpertParallel(PuzzleSpec):
         else:
             diagnosis = safe_diagnosis(self.diagnose_compute, r, products[r])
         return Check("expert compute", False, message, measured=per_rank[r], budget=budget, diagnosis=diagnosis)
+
+    @staticmethod
+    def diagnose_forward(rank: int, forward: int) -> str:
+        """Forward elementwise work beyond the routing's: named when its excess is at least the size of a one-hot
+        dispatch or combine of the rank's kept tokens (n·K·d multiplies and as many adds)."""
+        excess = forward - forward_room(rank)
+        dense = 2 * N_TOKENS * (N_TOKENS - DROPPED) * DIM
+        size = (f" ({excess:,} FLOPs beyond the room; a one-hot dispatch or combine of its kept tokens, masks "
+                f"multiplied into their rows and summed, is n·K·d multiplies and as many adds, {dense:,})"
+                if 2 * excess >= dense else "")
+        return (f"rank {rank} did products in elementwise ops outside backward{size}: a dispatch or combine written "
+                f"as masks multiplied in and summed is a product all the same, and this puzzle's products are the "
+                f"router's and the experts' only. Move rows with an index instead: x[kept] to send them, "
+                f"torch.zeros_like(x).index_copy(0, kept, p * results) to put the results back")
 
     @staticmethod
     def diagnose_compute(rank: int, products: int) -> str:

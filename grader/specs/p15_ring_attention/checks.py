@@ -1,6 +1,7 @@
 """p15's checks beyond the values and memory (memory.py), and what each failure says: the compute
-(the tiles the mask leaves, no more), the balance between ranks, the bytes per phase, and why messages were left
-exposed on the clock. Wrong values are named by replaying the common mistakes on the serial attention."""
+(the tiles the mask leaves, no more), the balance between ranks, the bytes per phase and to whom (round the ring),
+and why messages were left exposed on the clock. Wrong values are named by replaying the common mistakes on the
+serial attention."""
 
 from __future__ import annotations
 
@@ -106,25 +107,77 @@ def balance_check(obs: Observation, budget: Budget) -> Check:
 # ---- communication
 
 
+def off_ring(obs: Observation, rank: int, phase: str) -> dict[str, int]:
+    """What `rank` sent in `phase` other than to its two ring neighbours by send: {"to rank s" or the collective's
+    kind: wire bytes}. The K/V blocks travel round the ring, each rank passing on the block it received."""
+    neighbours = {(rank + 1) % N, (rank - 1) % N}
+    off: dict[str, int] = {}
+    for e in obs.events_of(rank, "comm", phase=phase):
+        if e["kind"] in ("recv", "new_group", "barrier"):
+            continue
+        if e["kind"] == "send":
+            if int(e["peers"][-1]) in neighbours:
+                continue
+            key = f"to rank {int(e['peers'][-1])}"
+        else:
+            key = e["kind"]
+        off[key] = off.get(key, 0) + e["wire_bytes"]
+    return off
+
+
 def phase_communication_check(obs: Observation, budget: Budget, phase: str, gradients_right: bool) -> Check:
     """Every rank sent exactly its blocks in `phase` (wire bytes of every send and collective issued then): at
-    least the formula, at most the formula + 1 KiB. `gradients_right`: the keys' and values' gradients are, which
-    tells blocks kept from the forward (the K/V did not travel again) from dK/dV that never travelled."""
+    least the formula, at most the formula + 1 KiB; and round the ring, to its neighbours: in forward every block
+    (what is sent elsewhere, by a send or a collective, at most 1 KiB of scalars), in backward the K/V blocks again
+    (off the ring at most the N-1 dK/dV blocks, which may go straight home). `gradients_right`: the keys' and
+    values' gradients are, which tells blocks kept from the forward (the K/V did not travel again) from dK/dV that
+    never travelled."""
     least = budget.value - BOOKKEEPING_BYTES
     by_rank = [sent(obs, r, phase) for r in range(obs.world_size)]
     totals = [sum(b for _, b in k.values()) for k in by_rank]
-    off = [r for r, t in enumerate(totals) if not least <= t <= budget.value]
+    strays = [off_ring(obs, r, phase) for r in range(obs.world_size)]
+    allowed = BOOKKEEPING_BYTES + (0 if phase == "forward" else (N - 1) * KV)
+    wrong = [r for r, t in enumerate(totals) if not least <= t <= budget.value]
+    away = [r for r in range(obs.world_size) if sum(strays[r].values()) > allowed]
+    off = wrong or away
     r = off[0] if off else max(range(obs.world_size), key=totals.__getitem__)
     where = "outside backward" if phase == "forward" else "inside backward"
-    relation = "within" if not off else ("below" if totals[r] < least else "over")
+    relation = "within" if not wrong else ("below" if totals[r] < least else "over")
+    ring = ("every block to a ring neighbour" if phase == "forward" else
+            "the K/V blocks to a ring neighbour, the dK/dV there or straight home")
     message = (f"rank {r} sent {fmt(totals[r], 'bytes')} {where} ({describe_sent(by_rank[r])}), {relation} the "
-               f"budget {budget.describe()}, at least {least:,}. Per rank: {', '.join(f'{t:,}' for t in totals)} "
-               f"bytes")
-    halved = all(2 * sum(b for _, b in sent(obs, r, p).values()) == blocks * KV
-                 for p, blocks in (("forward", N - 1), ("backward", 2 * (N - 1))))
-    diagnosis = (safe_diagnosis(diagnose_bytes, phase, r, by_rank[r], totals[r] - least, gradients_right, halved)
-                 if off else "")
+               f"budget {budget.describe()}, at least {least:,}; {ring}: ")
+    message += (f"{fmt(sum(strays[r].values()), 'bytes')} went elsewhere ({describe_strays(strays[r])}), "
+                f"{'over' if r in away else 'within'} the {allowed:,} allowed" if strays[r] else "all of it did")
+    message += f". Per rank: {', '.join(f'{t:,}' for t in totals)} bytes"
+    halved = all(2 * sum(b for _, b in sent(obs, q, p).values()) == blocks * KV
+                 for q in range(obs.world_size) for p, blocks in (("forward", N - 1), ("backward", 2 * (N - 1))))
+    if r in wrong:
+        diagnosis = safe_diagnosis(diagnose_bytes, phase, r, by_rank[r], totals[r] - least, gradients_right, halved)
+    elif off:
+        diagnosis = safe_diagnosis(diagnose_ring, phase, r, strays[r])
+    else:
+        diagnosis = ""
     return Check(f"{phase} communication", not off, message, measured=totals[r], budget=budget, diagnosis=diagnosis)
+
+
+def describe_strays(strays: dict[str, int]) -> str:
+    return ", ".join(f"{key}: {nbytes:,} bytes" for key, nbytes in sorted(strays.items()))
+
+
+def diagnose_ring(phase: str, rank: int, strays: dict[str, int]) -> str:
+    """Where the blocks went instead of round the ring: straight to far ranks, or by collectives."""
+    far = sorted(int(k.split()[-1]) for k in strays if k.startswith("to rank"))
+    kinds = sorted(k for k in strays if not k.startswith("to rank"))
+    if kinds and not far:
+        return (f"rank {rank} moved its blocks with {', '.join(kinds)} instead of passing them round the ring: ring "
+                f"attention sends the block it holds to the next rank with isend (and receives the next one from "
+                f"the previous rank), one block per step")
+    return (f"rank {rank} sent blocks straight to rank(s) {far}, which are not its ring neighbours "
+            f"({(rank - 1) % N} and {(rank + 1) % N}): each rank passes on the block it received at the step "
+            f"before, so every message crosses one link of the ring. A block sent straight from its owner to rank "
+            f"r+s crosses s links of a ring (the same bytes, but on links the ring does not have to spare)"
+            + ("" if phase == "forward" else "; in backward the K/V blocks travel the ring again, as in forward"))
 
 
 def diagnose_bytes(phase: str, rank: int, by_kind, extra: int, gradients_right: bool, halved: bool) -> str:

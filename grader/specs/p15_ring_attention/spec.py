@@ -5,7 +5,8 @@ The rules, each measured as such: the output and every gradient (the input's, th
 the queries', keys' and values') against the serial causal attention, at the positions the answer's own split
 gives each rank; the received K/V blocks held at each message (received_blocks.py) and the peak memory (O(S/N):
 never the full score matrix); each rank's compute (the 2N+1 tiles the mask leaves it, not the ones it empties),
-and how far the ranks' compute is apart (the balance); the bytes each rank sends in forward and in backward; and
+and how far the ranks' compute is apart (the balance); the bytes each rank sends in forward and in backward, and to
+whom (round the ring: each block to a ring neighbour); and
 the communication left exposed on the clock (the messages hidden behind the tiles). The split is the answer's:
 load_balanced_chunks is called by the harness on every rank, which makes the rank's own two chunks of the input."""
 
@@ -130,11 +131,13 @@ class RingAttention(PuzzleSpec):
                               f"24·b·(S/N)·d² + (2N+1)·6·2·b·c²·d = {LEAST:,} in products)", MOST, "count"),
             "balance": Budget("balance", f"the busiest rank's FLOPs at most {BALANCE_PERCENT}% above the least "
                                          f"busy's", BALANCE_PERCENT / 100, "fraction"),
-            "forward communication": Budget("forward communication", "exactly (N-1) K/V blocks, (N-1)·KV (+ 1 KiB)",
+            "forward communication": Budget("forward communication", "exactly (N-1) K/V blocks, (N-1)·KV (+ 1 KiB), "
+                                            "each sent to a ring neighbour",
                                             (N - 1) * KV + BOOKKEEPING_BYTES, "bytes"),
             "backward communication": Budget("backward communication", "exactly (N-1) K/V blocks and (N-1) dK/dV "
-                                             "blocks, 2·(N-1)·KV (+ 1 KiB)", 2 * (N - 1) * KV + BOOKKEEPING_BYTES, "bytes"),
-            "makespan": Budget("makespan", f"communication left exposed, makespan - min(compute, 1.25·C), at most "
+                                             "blocks, 2·(N-1)·KV (+ 1 KiB), the K/V blocks to a ring neighbour",
+                                             2 * (N - 1) * KV + BOOKKEEPING_BYTES, "bytes"),
+            "makespan": Budget("makespan", f"communication left exposed, makespan - min(work, 1.25·C), at most "
                                f"one block's transfer {t:,} + margin {MARGIN_PERCENT}%·C {margin:,} ticks "
                                f"(C = {c:,}, a rank's compute)", t + margin, "ticks"),
         }
@@ -170,7 +173,7 @@ class RingAttention(PuzzleSpec):
             rules.balance_check(obs, budgets["balance"]),
             *(rules.phase_communication_check(obs, budgets[f"{phase} communication"], phase, qkv.passed)
               for phase in ("forward", "backward")),
-            overlap_check(obs, budgets["makespan"], share().ticks, self.diagnose_makespan),
+            overlap_check(obs, budgets["makespan"], share().ticks, COST.device, self.diagnose_makespan),
         ]
 
     @staticmethod

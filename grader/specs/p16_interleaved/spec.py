@@ -2,7 +2,9 @@
 
     chunk and input gradients    every w.grad and both returned input gradients against the serial step
     stage compute                each rank's two blocks, each microbatch forward once and backward once
-    bubble                       (makespan - W)/W, W the last rank's own work: at most (p-1)/(v·m) + 1 point
+    bubble                       (makespan - W)/W, W the last rank's own work (its compute where that is less):
+                                 at most (p-1)/(v·m) + 1 point, once the schedule read off the messages is
+                                 possible (common/pipeline_schedule.py)
     activation memory            every rank's peak less what it must hold anyway, at most the interleaved bound
     point-to-point bytes         exactly one message per chunk boundary crossed, each way (v times 1F1B's)
 
@@ -20,7 +22,9 @@ from puzzles.model import init_layers, make_batch
 from ...core.compare import safe_diagnosis, values_check
 from ...core.result import Budget, Check, fmt
 from ...core.rules import BOOKKEEPING_BYTES, compute_check, describe_sent, flops, most_held, sent, work_sequence
+from ...core.schedule import Relay, arrivals, departures, peak_ticks
 from ...core.spec import Observation, PuzzleSpec
+from ..common.pipeline_schedule import impossible
 from .layout import (ALLOWANCE, CHUNK_ACT, CHUNK_BACKWARD, CHUNK_FORWARD, CONTRACT, COST, LOSS_BACKWARD, LOSS_FORWARD,
                      MESSAGE, PRODUCTS, STAGES, WORK, B, D, H, L, M, MB, P, V, diagnose_values, messages_sent,
                      most_in_flight, one_f_one_b_messages, serial, value_pairs, warmup)
@@ -117,11 +121,12 @@ class Interleaved(PuzzleSpec):
             return cause["text"]
 
         budgets = self.budgets(inputs)
-        return [values_check("chunk gradients", grad_pairs, "chunk gradients", diagnose),
-                values_check("input gradients", input_pairs, "input gradients", diagnose),
+        values = [values_check("chunk gradients", grad_pairs, "chunk gradients", diagnose),
+                  values_check("input gradients", input_pairs, "input gradients", diagnose)]
+        return [*values,
                 compute_check(obs, budgets["stage compute"], self.diagnose_compute, name="stage compute",
                               least=M * V * PRODUCTS),
-                self.bubble_check(obs, budgets["bubble"]),
+                self.bubble_check(obs, budgets["bubble"], all(c.passed for c in values)),
                 self.memory_check(obs, budgets["activation memory"]),
                 self.bytes_check(obs, budgets["point-to-point bytes"])]
 
@@ -144,13 +149,43 @@ class Interleaved(PuzzleSpec):
                 return k
         return None
 
-    def bubble_check(self, obs: Observation, budget: Budget) -> Check:
-        work = WORK[P - 1].ticks
-        bubble = (obs.makespan - work) / work if obs.makespan else 0.0
+    @staticmethod
+    def relays(obs: Observation, rank: int) -> list[Relay]:
+        """Rank r's chunks' work between its messages (core/schedule.py), on the ring of ranks the chunks make:
+        activations come from r-1 and go to r+1 (mod p), gradients the other way. Forward: each activation sent
+        needs a chunk's forward since an input arrived (rank 0's chunk 0 reads the batch, there from the start);
+        backward: each gradient sent needs a chunk's input gradient since a gradient arrived (the last rank's last
+        chunk starts from its loss, counted as there from the start); and every chunk's backward ends by the rank's
+        last compute. One chunk is one block: F, B and W products are each a third of PRODUCTS."""
+        prev, next_, least, unit = (rank - 1) % P, (rank + 1) % P, MESSAGE // 4, PRODUCTS // 3
+        held = [0] * M if rank == 0 else []  # chunk 0's input on rank 0: the batch
+        fed = sorted(held + arrivals(obs, rank, prev, least, count=V * M - len(held)))
+        grads = sorted(([0] * M if rank == P - 1 else [])
+                       + arrivals(obs, rank, next_, least, count=V * M - (M if rank == P - 1 else 0)))
+        end = max((e["end"] for e in obs.events_of(rank, "compute")), default=0)
+        return [Relay("chunk forward", tuple(fed), tuple(departures(obs, rank, next_, least)), unit,
+                      (f"activation from rank {prev}", f"activation to rank {next_}")),
+                Relay("chunk backward", tuple(grads), tuple(departures(obs, rank, prev, least)), unit,
+                      (f"gradient from rank {next_}", f"gradient to rank {prev}")),
+                Relay("chunk backward", tuple(grads), (end,) * (V * M), 2 * unit,
+                      (f"gradient from rank {next_}", None))]
+
+    def bubble_check(self, obs: Observation, budget: Budget, values_right: bool = True) -> Check:
+        floor = peak_ticks((P - 1) * (PRODUCTS // 3) + V * M * PRODUCTS, COST.device)
+        refused = impossible(obs, lambda r: self.relays(obs, r), floor, "the products of (p-1) chunk forwards and "
+                             "the last rank's m·v chunk forwards and backwards", budget, values_right)
+        if refused is not None:
+            return refused
+        busy = obs.busy_ticks(P - 1)
+        work = min(WORK[P - 1].ticks, busy)  # its own compute where that is less: a bubble is never below zero
+        bubble = (obs.makespan - work) / work if obs.makespan and work else 0.0
         ok = bubble <= budget.value
         ideal = (V * M + P - 1) * (CHUNK_FORWARD + CHUNK_BACKWARD).ticks + M * (LOSS_FORWARD + LOSS_BACKWARD).ticks
+        own = (f" (counted as its own compute, {fmt(busy, 'ticks')}, where that is less)"
+               if busy < WORK[P - 1].ticks else "")
         message = (f"the step took {fmt(obs.makespan, 'ticks')} against the last rank's own work of W = "
-                   f"m·v·(F/v + BW/v) + m·(LF + LB) = {fmt(work, 'ticks')}: a bubble of (makespan - W)/W = "
+                   f"m·v·(F/v + BW/v) + m·(LF + LB) = {fmt(WORK[P - 1].ticks, 'ticks')}{own}: a bubble of "
+                   f"(makespan - W)/W = "
                    f"{fmt(bubble, 'fraction')}, {'within' if ok else 'over'} the budget {budget.describe()} "
                    f"(1F1B's: (p-1)/m = {fmt(float(Fraction(P - 1, M)), 'fraction')}; a perfect interleaved pipeline "
                    f"takes (v·m + p - 1)·(F + BW)/v + m·(LF + LB) = {fmt(ideal, 'ticks')}). Compute per rank: "

@@ -104,7 +104,10 @@ class ZeroBubble(PipelineSpec):
         counted = min(busy, STAGE_WORK[P - 1].ticks)
         return busy, counted, obs.makespan - counted
 
-    def bubble_check(self, obs: Observation, budget: Budget) -> Check:
+    def bubble_check(self, obs: Observation, budget: Budget, values_right: bool = True) -> Check:
+        refused = self.impossible(obs, budget, values_right)  # the schedule read off the messages first
+        if refused is not None:
+            return refused
         busy, counted, idle = self.idle(obs)
         ok = idle <= budget.value
         capped = (f", counted up to its work in the formula, m·(F + B + W) + m·(LF + 2·LB) = "

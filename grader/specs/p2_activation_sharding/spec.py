@@ -5,8 +5,10 @@ The rules, each measured whatever collectives or buffers an answer uses:
   - gathered checkpoints: at each collective of the backward, what the rank holds beyond what it held when the
     backward began and the weights' gradients (the learner's code sees `dist` through `CollectiveWatch`, which
     notes it), so a checkpoint kept after its segment, in whatever tensor, is seen;
-  - gathered in time: checkpoints' worth of bytes gathered against segments backpropagated, read off the events,
-    so gathering everything up front is seen however it is concatenated;
+  - gathered in time: checkpoints' worth of the other ranks' rows gathered against segments backpropagated, read
+    off the events whatever call carried them (receives, all-gathers, broadcasts, padded all-reduces), so
+    gathering everything up front is seen however it is done; and at least L/k - 1 checkpoints gathered, so a
+    backward that gathers nothing fails rather than passes (as the held check does with nothing to measure);
   - compute: p1's budget, so that rebuilding checkpoints from the input instead of gathering them is seen.
 `CollectiveWatch` works the same on torch.distributed, since it only wraps the handle.
 """
@@ -18,18 +20,19 @@ from math import ceil
 from ...core.compare import safe_diagnosis
 from ...core.probe import memory_now
 from ...core.result import Budget, Check, fmt
-from ...core.rules import BOOKKEEPING_BYTES, compute_check
+from ...core.rules import BOOKKEEPING_BYTES, compute_check, received
 from ...core.spec import Observation
 from ..p1_checkpointing.spec import (A, ALLOWANCE, BK, C, F, L, PRODUCTS, W, WORKSPACE, Checkpointing, built_graph,
                                      forward_result, gradients_check, loss_and_backward, output_check, peak_check)
 
 N = 4
 GATHERS = ("all_gather_into_tensor", "all_gather")
-REBUILDS = ("all_reduce", "broadcast")  # can rebuild a checkpoint too, when they carry whole [B, d] buffers
 COMMUNICATION = {"all_gather_into_tensor", "all_gather", "all_reduce", "broadcast", "reduce_scatter_tensor",
                  "reduce_scatter", "scatter", "gather", "reduce", "all_to_all", "all_to_all_single", "send", "recv",
                  "isend", "irecv", "batch_isend_irecv"}
 AHEAD = 2  # gathered checkpoints waiting for their segment: the one being recomputed, and a prefetched next one
+SUMS = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter")  # gather a checkpoint only from a padded buffer
+CHECKPOINT_ROWS = (N - 1) * C // N  # the other ranks' rows of one checkpoint: what gathering it brings a rank
 
 
 class CollectiveWatch:
@@ -65,17 +68,22 @@ class CollectiveWatch:
 
 
 def gathered_ahead(obs: Observation, rank: int, k: int) -> list[tuple[int, int]]:
-    """At each collective of `rank` that can rebuild a checkpoint (an all-gather, or an all-reduce or broadcast of
-    whole [B, d] buffers): (checkpoints' worth gathered so far, segments backpropagated before it), read off the
-    events (a segment's backward is k blocks of BK FLOPs)."""
+    """At each communication event of `rank` that brought it other ranks' data, by whatever call (all-gathers, an
+    all-reduce of a padded buffer, broadcasts, all-to-alls, receives: rules.received): (checkpoints' worth gathered
+    so far, segments backpropagated before it), read off the events. A sum (an all-reduce, a reduce-scatter)
+    counts only over whole [B, d] buffers, a checkpoint padded with zeros: the weights' gradients are not
+    checkpoints (a sum over any other buffer that carried one would leave the checkpoints ungathered, which fails
+    too). A checkpoint's worth is the other ranks' rows
+    of it, (N-1)/N·C; scalars (up to 1 KiB in all) are not counted; a segment's backward is k blocks of BK FLOPs."""
     compute = [e for e in obs.events_of(rank, "compute", "backward")]
     out, total = [], 0
     for e in sorted(obs.events_of(rank, "comm"), key=lambda e: e["start"]):
-        if not (e["kind"] in GATHERS or e["kind"] in REBUILDS and e["nbytes"] and e["nbytes"] % C == 0):
+        got = received(e) if e["kind"] not in SUMS or e["nbytes"] % C == 0 else 0
+        if not got:
             continue
-        total += e["nbytes"]
+        total += got
         done = sum(c["flops"] for c in compute if c["end"] <= e["start"]) // (k * BK)
-        out.append((ceil(total / C), done))
+        out.append((ceil(max(0, total - BOOKKEEPING_BYTES) / CHECKPOINT_ROWS), done))
     return out
 
 
@@ -143,22 +151,29 @@ class ActivationSharding(Checkpointing):
                             f"it ({kept[r] / C:.2f}·C), {'within' if ok else 'over'} the budget {b.describe()}",
                             measured=kept[r], budget=b,
                             diagnosis="" if ok else safe_diagnosis(self.diagnose_kept, kept[r], obs, r, k)))
-        checks += [self.held_check(obs, budgets["gathered checkpoints"]),
-                   self.in_time_check(obs, budgets["gathered in time"], k),
+        compute = compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
+                                least=PRODUCTS)
+        # why a backward that gathered too little could still be right: the gradients, the checkpoints kept, the compute
+        why = (checks[1].passed, checks[2].passed, compute.passed)
+        checks += [self.held_check(obs, budgets["gathered checkpoints"], k, why),
+                   self.in_time_check(obs, budgets["gathered in time"], k, why),
                    peak_check(obs, budgets["peak memory"], lambda r: self.diagnose_peak(obs, r, k)),
-                   compute_check(obs, budgets["compute"], lambda r, fwd, bwd: self.diagnose_compute(fwd, bwd, k),
-                                 least=PRODUCTS)]
+                   compute]
         return checks
 
-    def held_check(self, obs: Observation, budget: Budget) -> Check:
+    def held_check(self, obs: Observation, budget: Budget, k: int, why: tuple) -> Check:
         held = [res["held_at_gathers"] for res in obs.results]
         most = [max(h, default=0) for h in held]
+        silent = [r for r in range(N) if not held[r]]
         over = [r for r in range(N) if most[r] > budget.value]
+        if silent:  # no collective to measure at: the rule was never put to the test, so it is not met
+            r = silent[0]
+            return Check("gathered checkpoints", False, f"rank {r} communicated nothing in its backward, so what it "
+                         f"held at its gathers could not be measured (budget {budget.describe()}): its backward "
+                         f"gathered none of the L/k = {L // k} checkpoints it recomputes from", measured=0,
+                         budget=budget, diagnosis=self.ungathered(*why))
         r = over[0] if over else max(range(N), key=lambda q: most[q])
         ok = not over
-        if not held[r]:
-            return Check("gathered checkpoints", True, f"rank {r} communicated nothing in its backward (so it held "
-                         f"no gathered checkpoint; budget {budget.describe()})", measured=0, budget=budget)
         shown = ", ".join(f"{h / C:.2f}·C" for h in held[r])
         message = (f"at its {len(held[r])} collectives in the backward, rank {r} held, beyond what it held when the "
                    f"backward began and the weights' gradients: {shown}; at most {fmt(most[r], 'bytes')}, "
@@ -172,25 +187,59 @@ class ActivationSharding(Checkpointing):
                              "it, the recomputed input and its graph included) before gathering the next")
         return Check("gathered checkpoints", ok, message, measured=most[r], budget=budget, diagnosis=diagnosis)
 
-    def in_time_check(self, obs: Observation, budget: Budget, k: int) -> Check:
+    def in_time_check(self, obs: Observation, budget: Budget, k: int, why: tuple) -> Check:
         ahead = [gathered_ahead(obs, r, k) for r in range(N)]
         most = [max((g - d for g, d in a), default=0) for a in ahead]
+        total = [a[-1][0] if a else 0 for a in ahead]
+        least = L // k - 1  # every checkpoint but the first, which is x: a rank may keep the batch it was handed
+        short = [r for r in range(N) if total[r] < least]
         over = [r for r in range(N) if most[r] > budget.value]
+        if short and not over:  # "nothing was gathered, so nothing was gathered late" is not a pass
+            r = short[0]
+            return Check("gathered in time", False,
+                         f"rank {r} gathered {total[r]} checkpoints' worth of the other ranks' rows (each "
+                         f"(N-1)/N·C = {fmt(CHECKPOINT_ROWS, 'bytes')}, by whatever call) where its backward "
+                         f"recomputes L/k = {L // k} segments, each from a checkpoint put together from the N "
+                         f"shards (at least {least} of them: the first may be x itself): a checkpoint that was not "
+                         f"gathered was not gathered in time either", measured=total[r], budget=budget,
+                         diagnosis=self.ungathered(*why))
         r = over[0] if over else max(range(N), key=lambda q: most[q])
         ok = not over
         if ok:
             return Check("gathered in time", True, f"at most {most[r]} gathered checkpoint(s) waited for their "
-                         f"segment at once on any rank, within the budget {budget.describe()}",
+                         f"segment at once on any rank, within the budget {budget.describe()}; each rank gathered "
+                         f"{min(total)} or more checkpoints' worth of the other ranks' rows",
                          measured=most[r], budget=budget)
         gathered, done = next((g, d) for g, d in ahead[r] if g - d == most[r])
-        message = (f"rank {r} had gathered {gathered} checkpoints' worth of bytes (C = {fmt(C, 'bytes')} each) when it "
-                   f"had backpropagated through {done} segments: {most[r]} gathered checkpoints waited for their "
-                   f"segment at once, over the budget {budget.describe()}")
+        message = (f"rank {r} had gathered {gathered} checkpoints' worth of the other ranks' rows ((N-1)/N·C = "
+                   f"{fmt(CHECKPOINT_ROWS, 'bytes')} each, by whatever call) when it had backpropagated through "
+                   f"{done} segments: {most[r]} gathered checkpoints waited for their segment at once, over the "
+                   f"budget {budget.describe()}")
         diagnosis = ""
         if done == 0 and gathered >= L // k:
             diagnosis = ("every checkpoint was gathered before any segment's backward: you gathered them all up "
                          "front. Gather each one right before recomputing its segment")
         return Check("gathered in time", False, message, measured=most[r], budget=budget, diagnosis=diagnosis)
+
+    @staticmethod
+    def ungathered(right: bool, kept_ok: bool, computed: bool) -> str:
+        """Where the whole checkpoints came from, for a backward that gathered too little: said only when the
+        gradients are right (it did recompute from whole checkpoints), and named only when a check says where."""
+        if not right:
+            return ""
+        if not kept_ok:
+            return ("the backward recomputed from the whole checkpoints the forward kept (see checkpoint bytes) "
+                    "instead of gathering them: keep only this rank's rows of each checkpoint, and all-gather it "
+                    "right before recomputing its segment")
+        if not computed:
+            return ("the gradients are right, so every segment was recomputed from a whole checkpoint; with too few "
+                    "gathered and too much computed (see compute), the checkpoints were rebuilt from x by running "
+                    "the blocks before them again. Keep this rank's rows of each checkpoint and all-gather it right "
+                    "before recomputing its segment")
+        return ("the gradients are right, so every segment was recomputed from a whole checkpoint, yet the other "
+                "ranks' rows of it never reached this rank by any message: the whole checkpoints were kept from the "
+                "forward where the memory ledger could not see them. Keep only this rank's rows of each, as torch "
+                "tensors, and all-gather each right before recomputing its segment")
 
     @staticmethod
     def diagnose_kept(kept, obs, r, k) -> str:

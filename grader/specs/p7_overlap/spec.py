@@ -1,10 +1,11 @@
 """p7 overlap: data parallel whose gradient all-reduces run asynchronously, hidden behind backward.
 
 p3's rules (updated weights, each rank's compute share, the bytes it sends), and the makespan on the simulated
-clock, measured as the communication left exposed: makespan - min(compute, 1.25·C), at most about one block's
-all-reduce A sticking out after backward, plus a tolerance T. The cost model makes a block's all-reduce (816
-ticks) a bit shorter than a block's backward (1,078 ticks), so a good overlap hides all but the last one, while
-synchronous all-reduces after backward leave all 8 x 432 ticks of communication exposed.
+clock, measured as the communication left exposed: makespan - min(work, 1.25·C), at most about one block's
+all-reduce A sticking out after backward, plus a tolerance T (work: the compute stream, less the copies and clones
+that ran while a message was in flight, which hide nothing: core/rules.py). The cost model makes a block's
+all-reduce (816 ticks) a bit shorter than a block's backward (1,078 ticks), so a good overlap hides all but the
+last one, while synchronous all-reduces after backward leave all 8 x 432 ticks of communication exposed.
 """
 
 from __future__ import annotations
@@ -57,14 +58,14 @@ class Overlap(DataParallel):
         c, a = compute_ticks(), block_all_reduce_ticks()
         t = c * TOLERANCE_PERCENT // 100
         return {**super().budgets(inputs),
-                "makespan": Budget("makespan", f"communication left exposed, makespan - min(compute, 1.25·C), at most "
+                "makespan": Budget("makespan", f"communication left exposed, makespan - min(work, 1.25·C), at most "
                                                f"A + T = one block's all-reduce {a:,} + tolerance "
                                                f"{TOLERANCE_PERCENT}%·C {t:,} ticks (C = {c:,}, the step's compute)",
                                    a + t, "ticks")}
 
     def check(self, obs: Observation, ref, inputs):
         return super().check(obs, ref, inputs) + [overlap_check(obs, self.budgets(inputs)["makespan"], compute_ticks(),
-                                                                self.diagnose_schedule),
+                                                                COST.device, self.diagnose_schedule),
                                                   self.check_hooks(obs)]
 
     @staticmethod
