@@ -257,3 +257,51 @@ def test_a_llama_report_names_no_gpt_formula_and_its_published_run_is_named(caps
     assert code == 0, err
     assert "Korthikanti et al. 2022 (arXiv 2205.05198v1), Table 5" in out
     assert "Figure 1, the same formula evaluated" in out
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Terminal(__import__("io").StringIO):
+    def isatty(self):
+        return True
+
+
+def test_at_a_terminal_predict_shows_what_it_simulates_the_work_done_and_the_time_left():
+    """predict's progress callback (runner.py: run, runs, what, done, total) drawn by progress.py, as batch and
+    mutate draw theirs: the run lines stay, the progress line under them is redrawn and erased at the end."""
+    from grader.frontends.predict import RunProgress
+    from grader.frontends.progress import ERASE
+
+    out, clock = _Terminal(), _Clock()
+    with RunProgress("GPT 175B on 64 GPUs", stream=out, enabled=True, clock=clock) as progress:
+        progress(1, 2, "8 stages, 16 microbatches", 0, 320)
+        clock.now += 30
+        progress(2, 2, "8 stages, 24 microbatches", 128, 320)
+        assert progress.bar.line().startswith(
+            "GPT 175B on 64 GPUs  128/320 stage-microbatches simulated  [")
+        assert progress.bar.line().endswith("40%  0:30 so far, about 0:45 left")
+    drawn = out.getvalue()
+    assert "  run 1 of 2: 8 stages, 16 microbatches\n" in drawn and "  run 2 of 2: 8 stages, 24 microbatches\n" in drawn
+    assert drawn.endswith("\r" + ERASE)  # the line erased: the run lines and the report are what stays
+
+
+def test_off_a_terminal_or_with_json_predict_writes_the_run_lines_alone(capsys):
+    """capsys's streams are no terminals: the run lines as before, no carriage return, no bar; --json draws no
+    bar even at a terminal (enabled=False)."""
+    from grader.frontends.predict import RunProgress
+
+    many = [*SMALL[:-2], "--global-batch", "8"]
+    for extra in ((), ("--json",)):
+        code, out, err = run_cli(capsys, *many, *extra)
+        assert code == 0, err
+        assert "run 1 of 2: 2 stages, 2 microbatches" in err and "\r" not in err and "[" not in err
+    out = _Terminal()
+    with RunProgress("x", stream=out, enabled=False) as progress:
+        progress(1, 1, "1 microbatch", 0, 1)
+    assert out.getvalue() == "  run 1 of 1: 1 microbatch\n"

@@ -152,8 +152,10 @@ def cmd_predict(args) -> int:
         ops, notes = learner_ops(cfg, folder=folder)
     print(f"simulating the step on meta tensors ({cfg.simulated_ranks} rank(s) at its full size; a pipeline as "
           f"the shorter runs listed) ...", file=sys.stderr)
-    prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes,
-                                                                           progress=progress)
+    what = f"{cfg.model.name} on {cfg.parallel.gpus:,} GPUs"
+    with RunProgress(what, enabled=False if args.json else None) as progress:
+        prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes,
+                                                                               progress=progress)
     if args.json:
         print(json.dumps(to_dict(prediction, notes), indent=1))
     else:
@@ -170,9 +172,32 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def progress(run: int, runs: int, what: str) -> None:
-    """Say which simulated run is starting (runner.py's progress callback)."""
-    print(f"  run {run} of {runs}: {what}", file=sys.stderr)
+class RunProgress:
+    """The predictor's progress callback (runner.py's docstring): a line on stderr as each simulated run starts,
+    and, for a person at a terminal, a progress line under them (progress.py) with what is being simulated, the
+    work done in stages x microbatches (what a run's ops grow with), a bar and the time left; erased when the
+    prediction is done. Off a terminal, or with --json, the run lines alone."""
+
+    def __init__(self, what: str, stream=None, enabled: bool | None = None, clock=None):
+        from .progress import Progress
+
+        extra = {"clock": clock} if clock is not None else {}
+        self.bar = Progress(0, "stage-microbatches simulated", stream if stream is not None else sys.stderr,
+                            label=what, enabled=enabled, **extra)
+
+    def __call__(self, run: int, runs: int, what: str, done: int = 0, total: int = 0) -> None:
+        if run == 1:  # a new set of runs (a pipeline off its lines in stages starts again in microbatches)
+            self.bar.restart(total)
+        self.bar.write(f"  run {run} of {runs}: {what}", advance=max(0, done - self.bar.done))
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def write_plots(p: Prediction, directory) -> list[Path]:

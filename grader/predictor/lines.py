@@ -183,9 +183,10 @@ def predict_by_line(cfg: Config, progress=None, **kwargs) -> Prediction:
 
 def _simulate(cfg: Config, points, progress, **kwargs) -> dict:
     runs = {}
+    sizes = [stages * micro for stages, micro in points]  # a run's work grows as its stages x its microbatches
     for n, (stages, micro) in enumerate(points, 1):
         small = small_config(cfg, stages, micro)
         if progress is not None:
-            progress(n, len(points), describe_run(small))
+            progress(n, len(points), describe_run(small), sum(sizes[:n - 1]), sum(sizes))
         runs[(stages, micro)] = predict(small, **kwargs)
     return runs

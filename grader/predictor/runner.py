@@ -8,8 +8,11 @@ group), on meta tensors, with the cluster's cost model (cluster.py) placing each
 Megatron-LM numbers them (gpu = tp + t·dp + t·D·stage). The data-parallel replicas' gradient all-reduce is read
 off the simulated timeline by data_parallel.py's formula; FSDP's communication is simulated.
 
-Both take `progress`, a callable given (run, runs, what) before each simulated run (what: "3 stages, 6
-microbatches"), for a front end that shows how far a prediction has got.
+Both take `progress`, a callable given (run, runs, what, done, total) before each simulated run (what: "3
+stages, 6 microbatches"; done and total: the work of the runs before this one and of all of them, in stages x
+microbatches, which a run's ops grow with), for a front end that shows how far a prediction has got and how long
+the rest will take. A prediction whose pipeline is not yet on its lines in stages calls it again from run 1 for
+the runs that replace them.
 """
 
 from __future__ import annotations
@@ -123,7 +126,8 @@ def predict(cfg: Config, tally_rank: int | None = None, timeout: float = 3600.0,
     else:
         program, args = gpt_step, (cfg, cost, tally_rank, ops)
     if progress is not None:
-        progress(1, 1, describe_run(cfg))
+        par = cfg.parallel
+        progress(1, 1, describe_run(cfg), 0, par.pipeline * par.microbatches)
     wall, cpu = time.perf_counter(), time.process_time()
     with remembered_meta_kernels():
         result = sim.run(program, ranks, args=args, cost=cost, timeout=timeout,
