@@ -23,12 +23,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ..predictor.cluster import CLUSTERS
 from ..predictor.config import GRAD_DTYPES, RECOMPUTE, Config, Model, Parallel
 from ..predictor.presets import presets
-from ..predictor.report import as_result, report, to_dict
-from ..predictor.lines import predict_by_line
-from ..predictor.runner import Prediction, predict
+
+if TYPE_CHECKING:  # the simulation and the report (runner, lines, report) are imported when a prediction runs:
+    # they bring torch._dynamo (fast_meta.py), seconds of start-up that `python -m grader --help` and every
+    # batch child would otherwise pay
+    from ..predictor.runner import Prediction
 
 
 COST = ("What a prediction costs to compute (bench/SCALE.md measures each preset): a pipeline is simulated as a few "
@@ -152,6 +156,10 @@ def cmd_predict(args) -> int:
         ops, notes = learner_ops(cfg, folder=folder)
     print(f"simulating the step on meta tensors ({cfg.simulated_ranks} rank(s) at its full size; a pipeline as "
           f"the shorter runs listed) ...", file=sys.stderr)
+    from ..predictor.lines import predict_by_line
+    from ..predictor.report import report, to_dict
+    from ..predictor.runner import predict
+
     what = f"{cfg.model.name} on {cfg.parallel.gpus:,} GPUs"
     with RunProgress(what, enabled=False if args.json else None) as progress:
         prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes,
@@ -161,6 +169,7 @@ def cmd_predict(args) -> int:
     else:
         print(report(prediction, notes))
     if args.trace:
+        from ..predictor.report import as_result
         from .timeline import chrome_trace
 
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
@@ -201,6 +210,7 @@ class RunProgress:
 
 
 def write_plots(p: Prediction, directory) -> list[Path]:
+    from ..predictor.report import as_result
     from . import plots
 
     out = Path(directory)
