@@ -305,3 +305,16 @@ def test_off_a_terminal_or_with_json_predict_writes_the_run_lines_alone(capsys):
     with RunProgress("x", stream=out, enabled=False) as progress:
         progress(1, 1, "1 microbatch", 0, 1)
     assert out.getvalue() == "  run 1 of 1: 1 microbatch\n"
+
+
+def test_the_notebooks_prediction_cell_says_how_long_it_takes_before_it_runs(capsys, monkeypatch):
+    """Issue 30: the cell takes seconds, or says before it runs how long it takes (its markdown and its first
+    line); bench/SCALE.md's notes (issue 32) measure it."""
+    from grader.frontends import at_scale as module
+    from grader.frontends.notebooks.file import AT_SCALE_TEXT
+
+    assert "The cell takes about 20 seconds" in " ".join(AT_SCALE_TEXT.split())
+    monkeypatch.setattr(module, "run_at_scale", lambda namespace, folder: [])
+    module.at_scale({}, plots=False)
+    assert capsys.readouterr().out.startswith("Simulating GPT-3 175B's step twice on meta tensors (3-D, then "
+                                              "sequence parallelism): about 20 seconds ...")
