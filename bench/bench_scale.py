@@ -194,6 +194,14 @@ def markdown(results: dict) -> str:
         raws = [{"error": unfitted[run.name] / run.seconds - 1} for run, _ in rows if run.name in unfitted]
         if raws:
             out.append(f"Nothing fitted: {errors(raws)}.")
+            raw_sources = {}
+            for run, _ in rows:
+                if run.name in unfitted:
+                    raw_sources.setdefault(SHORT[run.source.split(',')[0].split(' (')[0]], []).append(
+                        {"error": unfitted[run.name] / run.seconds - 1})
+            if len(raw_sources) > 1:
+                out.append("Nothing fitted, by source: " + "; ".join(f"{k}: {errors(v)}"
+                                                                    for k, v in raw_sources.items()) + ".")
         sources = {}
         for run, r in rows:
             sources.setdefault(SHORT[run.source.split(',')[0].split(' (')[0]], []).append(r)
@@ -262,13 +270,16 @@ def markdown(results: dict) -> str:
         out.append(f"| `{r['name']}` | {r['stages']} x {r['microbatches']} | {sims} | {r['ops']:,} | "
                    f"{r['wall']:.1f} | {r['cpu']:.1f} | {r.get('load', '?')} |")
     slowest = max(results["rows"], key=lambda r: r["wall"])
-    over = [r["name"] for r in results["rows"] if r["wall"] > 60 or r["cpu"] > 60]
+    over_wall = [r["name"] for r in results["rows"] if r["wall"] > 60]
+    over_cpu = [r["name"] for r in results["rows"] if r["cpu"] > 60]
     cpu_max = max(results["rows"], key=lambda r: r["cpu"])
     out.append(f"\nThe slowest, `{slowest['name']}`: {slowest['wall']:.0f} s of wall time, {slowest['cpu']:.0f} s of "
-               f"CPU (the most CPU: `{cpu_max['name']}`, {cpu_max['cpu']:.0f} s). " +
-               (f"Over 60 s of wall time or CPU: {', '.join(over)}; wall time here is what the cores' other work "
-                f"left (the load average, 1 minute, as each preset began: the last column)." if over else
-                "Every preset under 60 s, wall and CPU."))
+               f"CPU (the most CPU: `{cpu_max['name']}`, {cpu_max['cpu']:.0f} s). Over 60 s of CPU: "
+               f"{', '.join(over_cpu) or 'none'}. Over 60 s of wall time: " +
+               (f"{', '.join(over_wall)}; wall time here is what the cores' other work left (the load average, "
+                f"1 minute, as each preset began: the last column)." if over_wall else "none."))
+    if results.get("cost_note"):  # what the run's circumstances were, written by whoever ran it
+        out.append(results["cost_note"])
     for c in results.get("line_checks", []):
         lines, whole = c["lines"], c["whole"]
         out.append(f"\nThe lines checked at `{c['name']}`'s size ({c['microbatches']} microbatches): every stage and "
