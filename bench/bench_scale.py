@@ -170,7 +170,8 @@ def markdown(results: dict) -> str:
         r = dict(by_name[run.name])
         r["error"] = r["step_seconds"] / run.seconds - 1
         table.append((run, r))
-    out = [HEADER.format(commit=results.get("commit") or commit(), torch=torch.__version__, python=platform.python_version(),
+    out = [HEADER.format(command=results.get("command", "python bench/bench_scale.py"),
+                         commit=results.get("commit") or commit(), torch=torch.__version__, python=platform.python_version(),
                          when=results.get("when", "?"), load=results.get("load", "?"),
                          minutes=results.get("minutes", 0))]
     for split, title in ((FIT, "The fit set: what the model's choices were made on"),
@@ -299,7 +300,7 @@ HEADER = """# Predictions at scale against published runs
 
 `python -m grader predict` runs Megatron-LM's GPT training step and torchtitan's Llama step with FSDP
 (grader/predictor/) on the simulator with meta tensors, on clusters of real GPUs (grader/predictor/devices.py,
-cluster.py). This file is written by `python bench/bench_scale.py` (at commit {commit}, torch {torch}, Python
+cluster.py). This file is written by `{command}` (the runs at commit {commit}, torch {torch}, Python
 {python}, on two CPU cores shared with other work: begun {when} at a load average of {load}; every pass together
 took {minutes:.0f} minutes, wall time).
 
@@ -434,6 +435,7 @@ def main() -> int:
     if not args.only:
         saved["when"] = time.strftime("%Y-%m-%d %H:%M")
         saved["commit"] = commit()  # the code the runs were made with, whatever HEAD is when SCALE.md is written
+        saved["command"] = " ".join(["python bench/bench_scale.py", *sys.argv[1:]])
         saved["load"] = f"{os.getloadavg()[0]:.1f}"
 
     def save():
