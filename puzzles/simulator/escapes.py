@@ -16,9 +16,8 @@ either, so while a run is on, a rank's own code that opens one gets an Isolation
   (not while it imports a module: a library may write its caches then). torch.save and torch.load open a path in
   C++, where no audit event is raised, so while a run is on they refuse a path from a rank's own code too (a file
   object, such as the checkpoint disk's, is fine).
-  (A child process could hold data too; processes are left to the batch's sandbox, which kills whatever a puzzle
-  starts, and whose tests start them on purpose.) Reading files stays fine (imports read them), and
-  so does the checkpoint disk of puzzle 18 (filesystem.py, or the real backend's disk.py), whose calls come
+  (A thread or a child process could hold data too: allowed.py refuses both.) Reading files stays fine (imports
+  read them), and so does the checkpoint disk of puzzle 18 (filesystem.py, or the real backend's disk.py), whose calls come
   through the grader's own code.
 """
 
@@ -38,12 +37,18 @@ _LEVERS = [(_python_dispatch, n) for n in ("_disable_current_modes", "_pop_mode_
                             "_unset_dispatch_mode", "_dispatch_tls_set_dispatch_key_excluded")]
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OURS = (_HERE + os.sep, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "grader") + os.sep)
-_PASSING = (_TORCH_DIR, os.path.dirname(os.__file__) + os.sep,  # torch, the standard library, installed packages
-            os.path.dirname(os.path.dirname(torch.__file__)) + os.sep)
+OURS = _OURS = (_HERE + os.sep, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "grader") + os.sep)
+# torch, the standard library, installed packages:
+PASSING = _PASSING = (_TORCH_DIR, os.path.dirname(os.__file__) + os.sep,
+                      os.path.dirname(os.path.dirname(torch.__file__)) + os.sep)
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _saved: list[tuple] = []
 _caller = None  # guards.caller, set by install
+
+
+def caller():
+    """The rank whose own code runs in this thread while a run is on (guards.caller), or None."""
+    return _caller() if _caller is not None else None
 
 
 def _rank_calling(code):
@@ -58,7 +63,7 @@ def _through_ours() -> bool:
     """Whether the call that raised the event came through the grader's or the simulator's code (the checkpoint
     disk's calls) rather than straight from a rank's own: walking out from the event, past torch's, the standard
     library's and installed packages' frames (torch.save, tempfile, numpy.save), which comes first."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(3)
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith(_OURS) or name.startswith("<frozen importlib"):
@@ -124,23 +129,33 @@ def uninstall() -> None:
     _caller = None
 
 
-def _audit(event: str, args) -> None:
-    if _caller is None:  # (no run on: one attribute read per audited event)
-        return
+def _file_event(event: str, args) -> None:
     if event == "open":
         path, mode, flags = args
         writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITES)
         if not writes:
             return
         what, why = f"opened {path!r} for writing", "a file holds data where the memory ledger cannot see it."
-    elif event == "mmap.__new__":
-        what, why = "mapped memory (mmap)", "a mapping holds data where the memory ledger cannot see it."
     else:
-        return
+        what, why = "mapped memory (mmap)", "a mapping holds data where the memory ledger cannot see it."
     who = _caller()
     if who is None or _through_ours():
         return
     _refuse(who, what, why)
+
+
+# audit event -> its handler(event, args), called while a run is on (allowed.py adds the events that start a
+# process): one hook for every rule, since each hook of the process runs on every audited event (sys._getframe,
+# object.__getattr__), several per op.
+HANDLERS = {"open": _file_event, "mmap.__new__": _file_event}
+
+
+def _audit(event: str, args) -> None:
+    if _caller is None:  # (no run on: one attribute read per audited event)
+        return
+    handler = HANDLERS.get(event)
+    if handler is not None:
+        handler(event, args)
 
 
 sys.addaudithook(_audit)

@@ -15,8 +15,9 @@ own (quantized, meta and nested ones included), a sparse tensor's indices and va
 A tensor whose bytes no storage shows (a subclass with a `__torch_dispatch__` of its own, whose ops run where no
 ledger looks; an mkldnn tensor; a layout torch adds later) is refused with a HiddenMemoryError.
 
-The other ways out (torch's dispatch modes switched off, files written, memory mapped, processes started) are
-refused by escapes.py, installed and removed with these guards.
+The other ways out are refused by escapes.py (torch's dispatch modes switched off, files written, memory mapped)
+and allowed.py (threads and processes started), installed and removed with these guards. allowed.py states the
+whole policy.
 
 Outside the ranks (the grader, a notebook cell) nothing changes: the guard asks `current()` who is calling, and
 lets everyone but a rank's own code through. The methods are patched on torch's classes only while a run is on.
@@ -28,7 +29,7 @@ import threading
 
 import torch
 
-from . import escapes
+from . import allowed, escapes
 from .types import HiddenMemoryError, _desc
 
 SMALL = 64  # numbers a rank may turn into Python data at once
@@ -136,6 +137,7 @@ def install(current) -> None:
         _saved.append((torch.storage._StorageBase, "__getitem__", own))
         torch.storage._StorageBase.__getitem__ = _counted_getitem(own)
         escapes.install(_caller)
+        allowed.install()
 
 
 def uninstall(current) -> None:
@@ -145,6 +147,7 @@ def uninstall(current) -> None:
         _users -= 1
         if _users:
             return
+        allowed.uninstall()
         escapes.uninstall()
         for cls, name, own in reversed(_saved):
             if own is None:

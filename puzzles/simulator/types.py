@@ -61,8 +61,9 @@ class NonContiguousError(SimError, ValueError):
 
 
 class RankThreadError(SimError):
-    """`dist`, or a work handle, was used outside the thread of the rank it belongs to: from a thread the rank
-    started, or after its run had ended."""
+    """A rank's code started a thread or a process (allowed.py: the clock and the ledger watch one thread per
+    rank), or `dist`, a work handle or the checkpoint disk was used outside the thread of the rank it belongs to
+    (from another thread, or after its run had ended)."""
 
 
 class OverlapError(SimError, ValueError):
