@@ -64,6 +64,7 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     NonContiguousError       a strided tensor in any collective or send/recv (gloo misreads or refuses it; NCCL refuses)
     AutogradWriteError       a gather or reduce-scatter into (or from) a tensor that requires grad (gloo refuses)
     OverlapError             an all-to-all whose output is its input (gloo overwrites rows it still sends)
+    UncostedOpError          an aten op with no cost formula (op_costs.py): the clock cannot charge it honestly
     HiddenMemoryError        a tensor turned into numpy, a list or bytes, which the memory ledger cannot see
     RankThreadError          a rank started a thread or a process; dist used from another thread or after the run
     UnmatchedError           every rank returned, but a message or collective was never matched
@@ -89,7 +90,7 @@ from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, DeadlockError, HiddenMemoryError,
                               InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
                               ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError, TimeLimitError,
-                              UnmatchedError, UnwaitedWorkError, Work, WorkError)
+                              UncostedOpError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
@@ -97,7 +98,7 @@ __all__ = [
     "tally", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
-    "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
+    "RankThreadError", "UncostedOpError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
     "Disk", "DiskProfile", "CrashPoint", "RankCrashed",
 ]
 

@@ -9,7 +9,13 @@ that watches one thread per rank. So while a run is on, a rank's own code may do
                            naming the line: work there would be neither timed nor counted. torch's intra-op
                            threads are torch's (they run the rank's ops, which the mode sees) and stay.
                            (here)
-    tensors stay in torch  no numpy, list, bytes, pickle or DLPack copies beyond a small total (guards.py)
+    tensors stay in torch  no numpy, list, bytes, pickle or DLPack copies beyond a small running total per rank
+                           (guards.py), no address (data_ptr() is an opaque number), no ctypes by any path
+                           (here, by its audit events); tensors torch makes outside an op (get_rng_state) are
+                           the rank's own
+    ops                    an aten op runs only if op_costs.py has a cost formula for it, or it is a view or
+                           a metadata op: anything else (a custom op included) raises UncostedOpError naming
+                           the op and the line (mode.py), never a guessed charge
     the mode stays on      no switch that takes torch's dispatch modes off; no files written, no memory mapped
                            (escapes.py)
 
@@ -30,7 +36,7 @@ import sys
 import threading
 
 from . import escapes
-from .types import RankThreadError
+from .types import HiddenMemoryError, RankThreadError
 
 try:
     import _posixsubprocess
@@ -52,6 +58,23 @@ PROCESS_EVENTS = {
     "os.exec": "a program (os.exec*)", "os.system": "a process (os.system)",
     "subprocess.Popen": "a process (subprocess)", "os.startfile": "a program (os.startfile)",
 }
+
+
+# ctypes' audit events: an address read or written, a foreign function called, a library loaded. With ctypes (reached
+# by `import ctypes`, `torch.ctypes`, numpy.ctypeslib or any other path: the events are raised in C) a rank could
+# read or write memory where neither the ledger nor the isolation check looks.
+CTYPES_EVENTS = ("ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata", "ctypes.cdata/buffer",
+                 "ctypes.call_function", "ctypes.create_string_buffer", "ctypes.create_unicode_buffer",
+                 "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.set_exception")
+
+
+def _ctypes_event(event: str, args) -> None:
+    who = escapes.caller()
+    if who is not None and _from_rank_code(sys._getframe(2)):
+        raise HiddenMemoryError(
+            f"rank {who.rank} used ctypes ({event}) at {who.site()}: inside a rank, tensors stay inside torch. "
+            f"ctypes reads and writes memory by its address, where neither the memory ledger nor the isolation "
+            f"check looks (another rank's memory, for one). Use torch's ops on the tensors themselves.")
 
 
 def refuse(who, what: str, kind: str):
@@ -114,3 +137,4 @@ def uninstall() -> None:
 
 
 escapes.HANDLERS.update(dict.fromkeys(PROCESS_EVENTS, _process_event))
+escapes.HANDLERS.update(dict.fromkeys(CTYPES_EVENTS, _ctypes_event))

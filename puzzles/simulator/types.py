@@ -66,6 +66,12 @@ class RankThreadError(SimError):
     (from another thread, or after its run had ended)."""
 
 
+class UncostedOpError(SimError):
+    """A rank ran an aten op that has no cost formula in the puzzles (op_costs.py): the clock and the FLOP count
+    would have to guess its work, so it does not run (allowed.py states the policy). The message names the op, the
+    learner's line and what to write instead."""
+
+
 class OverlapError(SimError, ValueError):
     """An all-to-all whose output overlaps its input: gloo overwrites the input while it still sends it (measured:
     wrong values), so the output must be a buffer of its own."""
