@@ -43,6 +43,8 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/cost.py         the cost model: the device profile (roofline) and the network (alpha-beta)
     simulator/op_costs.py     what each op costs: its FLOPs and bytes
     simulator/tally.py        what a piece of code costs, outside a run
+    simulator/allowed.py      what a rank may do: the policy (one thread, no processes; what guards.py and
+                              escapes.py refuse), a list of what is allowed rather than of what was caught
     simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
     simulator/filesystem.py   a disk every rank and every run of a job shares, and a rank that dies (checkpoints)
 
@@ -70,8 +72,9 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     NonContiguousError       a strided tensor in any collective or send/recv (gloo misreads or refuses it; NCCL refuses)
     AutogradWriteError       a gather or reduce-scatter into (or from) a tensor that requires grad (gloo refuses)
     OverlapError             an all-to-all whose output is its input (gloo overwrites rows it still sends)
+    UncostedOpError          an aten op with no cost formula (op_costs.py): the clock cannot charge it honestly
     HiddenMemoryError        a tensor turned into numpy, a list or bytes, which the memory ledger cannot see
-    RankThreadError          dist called from a thread the rank started, or after the run
+    RankThreadError          a rank started a thread or a process; dist used from another thread or after the run
     UnmatchedError           every rank returned, but a message or collective was never matched
     TimeLimitError           a rank computes too long without communicating (an endless loop)
     CollectiveTimeoutError   with a collective timeout (sim.run's, init_process_group's): a call not completed in
@@ -100,9 +103,9 @@ from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, CollectiveTimeoutError, DeadlockError,
-                              HiddenMemoryError, InFlightError, IsolationError, NonContiguousError, OverlapError, P2PMismatchError, P2POp,
-                              ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError, TimeLimitError,
-                              UnmatchedError, UnwaitedWorkError, Work, WorkError)
+                              HiddenMemoryError, InFlightError, IsolationError, NonContiguousError, OverlapError,
+                              P2PMismatchError, P2POp, ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError,
+                              TimeLimitError, UncostedOpError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
 
 __all__ = [
@@ -110,7 +113,7 @@ __all__ = [
     "tally", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
-    "RankThreadError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
+    "RankThreadError", "UncostedOpError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
     "Disk", "DiskProfile", "CrashPoint", "RankCrashed", "CollectiveTimeoutError", "FlightRecorderDump",
     "HostProfile", "DataLoader", "TensorDataset",
 ]

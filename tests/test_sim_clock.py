@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
+from sim_helpers import site_in
 
 from puzzles import sim
 from puzzles.sim import PUZZLE_GPU, CostModel, DeviceProfile, OpCost
@@ -227,8 +228,10 @@ def test_a_sparse_product_costs_two_flops_per_stored_value_and_column():
     assert mm.flops >= 2 * 20 * 7
 
 
-def test_an_op_without_any_formula_is_charged_by_its_elements():
-    from puzzles.sim import op_cost
+def test_an_op_without_any_formula_is_refused_naming_it_and_the_line():
+    """allowed.py: an op runs on a rank only if op_costs.py can charge it; anything else is refused, never charged
+    a guess."""
+    from puzzles.sim import UncostedOpError, op_cost
 
     class Unknown:  # an op the table does not know: a made-up overload with no tags
         overloadpacket = type("P", (), {"__name__": "made_up"})()
@@ -236,8 +239,17 @@ def test_an_op_without_any_formula_is_charged_by_its_elements():
         tags = ()
 
     a = torch.ones(10, dtype=torch.float64)
-    cost = op_cost(Unknown(), (a, a), {}, torch.ones(30, dtype=torch.float64))
-    assert cost.flops == 30 and cost.kind == "other"
+    with pytest.raises(UncostedOpError, match="made_up has no cost formula"):
+        op_cost(Unknown(), (a, a), {}, torch.ones(30, dtype=torch.float64))
+
+    def fn(dist):
+        return torch.pdist(torch.ones(4, 3, dtype=torch.float64))  # no-formula
+
+    with pytest.raises(UncostedOpError) as info:
+        sim.run(fn, 1)
+    text = str(info.value)
+    assert "aten._pdist_forward has no cost formula" in text and site_in(__file__, "no-formula") in text, text
+    assert "write it with ops that have one" in text
 
 
 # ---- when things start

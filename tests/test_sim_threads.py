@@ -1,7 +1,14 @@
-"""Only a rank's own thread may call its `dist`: a thread the rank starts, another rank's thread, or the caller of
-sim.run after the run get RankThreadError, never an internal error. Once a run has stopped, every dist call and
+"""A rank may start no thread and no process (allowed.py), and only a rank's own thread may call its `dist`: another
+thread, another rank's thread, or the caller of sim.run after the run get RankThreadError, never an internal error. Once a run has stopped, every dist call and
 tensor op in a rank's thread raises, and a thread that catches even that is stopped again until it ends."""
 
+import _thread
+import concurrent.futures
+import multiprocessing
+import os
+import queue
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,51 +27,119 @@ def rank_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("sim-rank")]
 
 
+def started_outside_the_rank(helper, name="my-helper"):
+    """A thread the test starts before the run (a rank may start none: allowed.py), given rank 0's dist and a
+    tensor through a queue; rank 0 waits until the helper is done (the returned queue), whatever it raised."""
+    handed, done = queue.Queue(), queue.Queue()
+
+    def run():
+        try:
+            helper(*handed.get())
+        finally:
+            done.put(None)
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    return t, handed, done
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("swallow", [False, True])
-def test_a_helper_thread_that_calls_dist_is_refused_even_if_it_swallows_the_error(swallow):
+def test_another_thread_that_calls_dist_is_refused_even_if_it_swallows_the_error(swallow):
+    def helper(dist, x):
+        try:
+            dist.all_reduce(x)  # from-helper
+        except Exception:
+            if not swallow:
+                raise
+
+    t, handed, done = started_outside_the_rank(helper)
+
     def fn(dist):
         x = torch.ones(2, dtype=torch.float64)
-
-        def helper():
-            try:
-                dist.all_reduce(x)  # from-helper
-            except Exception:
-                if not swallow:
-                    raise
-
-        t = threading.Thread(target=helper, name="my-helper")
-        t.start()
-        t.join()
+        if dist.get_rank() == 0:
+            handed.put((dist, x))
+            done.get()
         dist.barrier()
 
     with pytest.raises(sim.RankThreadError) as info:
         sim.run(fn, 2)
+    t.join()
     text = str(info.value)
     assert "rank 0 called all_reduce" in text and site("from-helper") in text and "'my-helper'" in text
     assert "call dist from the rank's function itself" in text and rank_threads() == []
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_helper_thread_racing_the_rank_gets_a_clear_error():
+def test_another_thread_racing_the_rank_gets_a_clear_error():
     """The helper calls dist while its rank is itself in a collective: RankThreadError, not an internal one."""
+    started = threading.Event()
+
+    def helper(dist, y):
+        started.set()
+        dist.all_reduce(y)
+
+    t, handed, done = started_outside_the_rank(helper, "racer")
+
     def fn(dist):
         x, y = torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
-        started = threading.Event()
-
-        def helper():
-            started.set()
-            dist.all_reduce(y)
-
-        t = threading.Thread(target=helper, daemon=True)
-        t.start()
-        started.wait()
+        if dist.get_rank() == 0:
+            handed.put((dist, y))
+            started.wait()
         dist.all_reduce(x)
-        t.join()
+        if dist.get_rank() == 0:
+            done.get()
 
     with pytest.raises(sim.RankThreadError):
         sim.run(fn, 2)
+    t.join()
     assert rank_threads() == []
+
+
+STARTS = {
+    "threading.Thread.start": lambda: threading.Thread(target=lambda: None).start(),
+    "_thread.start_new_thread": lambda: _thread.start_new_thread(lambda: None, ()),
+    "threading.Thread.start)": lambda: concurrent.futures.ThreadPoolExecutor(1).submit(lambda: 1).result(),
+    "subprocess": lambda: subprocess.run(["true"], check=False),
+    "os.system": lambda: os.system("true"),
+    "os.fork": lambda: os.fork(),
+    "multiprocessing or subprocess": lambda: multiprocessing.get_context("spawn").Process(target=print).start(),
+    "os.posix_spawn": lambda: os.posix_spawn("/bin/true", ["true"], {}),
+}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
+@pytest.mark.parametrize("how", sorted(STARTS), ids=lambda h: h.strip(")"))
+def test_a_rank_may_start_no_thread_and_no_process(how):
+    """The clock and the ledger watch one thread per rank (allowed.py): a thread or a process that a rank starts,
+    by any of the standard library's ways, is refused where it is started, with why and what to do instead."""
+    def fn(dist):
+        if dist.get_rank() == 1:
+            STARTS[how]()
+        dist.barrier()
+
+    before = threading.active_count()
+    with pytest.raises(sim.RankThreadError) as info:
+        sim.run(fn, 2)
+    text = str(info.value)
+    assert "rank 1 started a" in text and how in text and "test_sim_threads.py:" in text, text  # (STARTS' line)
+    assert "neither timed nor counted" in text and rank_threads() == []
+    assert threading.active_count() <= before
+
+
+def test_torch_s_own_intra_op_threads_and_threads_outside_the_run_stay():
+    """torch's intra-op threads run the rank's own ops (which the mode sees): a rank may ask for them; and the
+    rules hold only while a rank's own code runs."""
+    def fn(dist):
+        torch.set_num_threads(2)
+        a = torch.ones(256, 256, dtype=torch.float64)
+        return (a @ a).sum()
+
+    result = sim.run(fn, 2)
+    assert [float(r) for r in result.results] == [256.0 ** 3] * 2
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
 
 
 def test_dist_kept_after_its_run_is_a_clear_error():

@@ -12,6 +12,7 @@ read collectives.py.
     deadlock.py     what a stuck run looks like: each rank's pending call, its lines, what it last computed
     failures.py     a rank's own error (the others run on), which thread may call dist, stopping stuck threads
     mode.py         the TorchDispatchMode that sees every op of a rank: isolation, memory, its cost on the clock
+    allowed.py      what a rank may do, as a list of what is allowed: the policy; threads and processes refused
     guards.py       inside a rank, tensors stay tensors: no numpy, list or bytes copies the ledger cannot see
     memory.py       the memory ledger (bytes alive per rank, the peak, who allocated it)
     clock.py        the clock: a compute stream and a communication queue per rank (issue order), in ticks

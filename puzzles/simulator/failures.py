@@ -55,8 +55,8 @@ class _Failures:
                 f"ended (sim.run had returned). A dist lives only while its run does: keep no reference to it, "
                 f"or to a work handle, for later.")
         error = RankThreadError(
-            f"rank {owner.rank} called {what} at {self.site()} from a thread it started "
-            f"({threading.current_thread().name!r}), not from the rank's own thread. The simulator runs each rank "
+            f"rank {owner.rank} called {what} at {self.site()} from another thread "
+            f"({threading.current_thread().name!r}) than the rank's own. The simulator runs each rank "
             f"in one thread and watches only that thread's ops; call dist from the rank's function itself "
             f"(async_op=True, isend and irecv overlap communication without threads).")
         with self._mutex:

@@ -322,9 +322,9 @@ class Files:
         if self._dead:
             raise RankCrashed(f"rank {self._rank} is dead")
         if guards.caller() is None:  # another thread than the rank's: it would write outside the baton's turns
-            raise RankThreadError(f"rank {self._rank}'s checkpoint disk was called from a thread the rank started "
-                                  f"(or after its run): the simulator runs each rank in one thread; write from "
-                                  f"the rank's own code")
+            raise RankThreadError(f"rank {self._rank}'s checkpoint disk was called from another thread than the "
+                                  f"rank's own (or after its run): the simulator runs each rank in one thread; "
+                                  f"write from the rank's own code")
         return normalize(path)
 
     def _file(self, path: str) -> bytearray:

@@ -15,8 +15,9 @@ own (quantized, meta and nested ones included), a sparse tensor's indices and va
 A tensor whose bytes no storage shows (a subclass with a `__torch_dispatch__` of its own, whose ops run where no
 ledger looks; an mkldnn tensor; a layout torch adds later) is refused with a HiddenMemoryError.
 
-The other ways out (torch's dispatch modes switched off, files written, memory mapped, processes started) are
-refused by escapes.py, installed and removed with these guards.
+The other ways out are refused by escapes.py (torch's dispatch modes switched off, files written, memory mapped)
+and allowed.py (threads and processes started), installed and removed with these guards. allowed.py states the
+whole policy.
 
 Outside the ranks (the grader, a notebook cell) nothing changes: the guard asks `current()` who is calling, and
 lets everyone but a rank's own code through. The methods are patched on torch's classes only while a run is on.
@@ -24,15 +25,17 @@ lets everyone but a rank's own code through. The methods are patched on torch's 
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import torch
+import torch.utils.dlpack
 
-from . import escapes
+from . import allowed, escapes
 from .types import HiddenMemoryError, _desc
 
 SMALL = 64  # numbers a rank may turn into Python data at once
-ITEMS = 4096  # numbers a rank may read one at a time (.item(), float(t), storage[i]) in a run
+ITEMS = 4096  # numbers a rank may take out of torch in a run, all ways together (.item(), tolist(), numpy(), ...)
 IMPORT_BYTES = 1024  # bytes of tensors a rank's copy of the learner's file may make at import (a mask, constants)
 
 # (class, method, what it makes): the ways a tensor's or a storage's contents leave torch.
@@ -45,19 +48,30 @@ _WAYS = [
     (torch.storage._StorageBase, "tolist", "a Python list"),
     (torch.storage._StorageBase, "__iter__", "Python numbers"),
     (torch.storage._StorageBase, "__reduce__", "pickled bytes"),
+    (torch.storage.TypedStorage, "__reduce__", "pickled bytes"),
+    (torch.storage.TypedStorage, "tolist", "a Python list"),
 ]
+# (class, method): the ways to a tensor's or a storage's address. With one (and ctypes, refused by allowed.py, or
+# numpy's __array_interface__) a rank could read another rank's memory: a rank's own code gets an opaque token.
+_ADDRESSES = [(torch.Tensor, "data_ptr"), (torch.UntypedStorage, "data_ptr"),
+              (torch.storage.TypedStorage, "data_ptr"), (torch.storage.TypedStorage, "_data_ptr")]
+# (module, name, what it makes): functions that take a tensor's contents out of torch (counted as _WAYS are)
+_FUNCTIONS = [(torch.utils.dlpack, "to_dlpack", "a DLPack capsule"), (torch._C, "_to_dlpack", "a DLPack capsule")]
+# (module, name): functions that hand back a tensor torch made outside any op the mode sees: the rank's own
+_MAKERS = [(torch, "get_rng_state"), (torch.random, "get_rng_state")]
 _lock = threading.Lock()
 _users = 0
 _saved: list[tuple] = []  # (class, name, the original if the class itself defined it, else None)
+_saved_functions: list[tuple] = []  # (module, name, the original)
 _current = []  # the callables that say which rank (if any) is calling: one per active run
 
 
 def _size(obj) -> int:
-    return obj.numel() if isinstance(obj, torch.Tensor) else obj.nbytes()
+    return obj.numel() if isinstance(obj, torch.Tensor) else obj.nbytes() if hasattr(obj, "nbytes") else obj.size()
 
 
 def _describe(obj) -> str:
-    return f"a {_desc(obj)} tensor" if isinstance(obj, torch.Tensor) else f"a storage of {obj.nbytes():,} bytes"
+    return f"a {_desc(obj)} tensor" if isinstance(obj, torch.Tensor) else f"a storage of {_size(obj):,} bytes"
 
 
 def _caller():
@@ -87,26 +101,90 @@ def allow_files() -> None:
 def _guarded(cls, name: str, what: str, original):
     def guard(self, *args, **kwargs):
         who = _caller()
-        if who is not None and _size(self) > SMALL and not (name in _PICKLING and getattr(who, "writes_files", False)):
-            raise HiddenMemoryError(
-                f"rank {who.rank} turned {_describe(self)} into {what} at {who.site()}: inside a rank, keep tensors "
-                f"as torch tensors. The memory ledger sees only torch's storages, so {what} would hide memory "
-                f"from the budgets. (Small conversions, up to {SMALL} numbers at once, such as split sizes, a "
-                f"count or a logged loss, are fine.)")
+        if who is not None and not (name in _PICKLING and getattr(who, "writes_files", False)):
+            count_out(who, self, what)
         return original(self, *args, **kwargs)
 
     guard.__name__, guard.__qualname__ = name, f"{cls.__name__}.{name}"
     return guard
 
 
+def count_out(who, obj, what: str) -> None:
+    """A rank takes `obj`'s numbers out of torch as `what`: fine for a few at once (SMALL), and for a few thousand
+    in all (ITEMS, a running total per rank and run, with .item()'s), so that a tensor copied out in small chunks
+    is refused as surely as one copied out at once."""
+    n = _size(obj)
+    if n > SMALL:
+        raise HiddenMemoryError(
+            f"rank {who.rank} turned {_describe(obj)} into {what} at {who.site()}: inside a rank, keep tensors "
+            f"as torch tensors. The memory ledger sees only torch's storages, so {what} would hide memory "
+            f"from the budgets. (Small conversions, up to {SMALL} numbers at once, such as split sizes, a "
+            f"count or a logged loss, are fine.)")
+    who.items_read += n
+    if who.items_read > ITEMS:
+        raise HiddenMemoryError(
+            f"rank {who.rank} took more than {ITEMS:,} numbers out of tensors in all (as {what}, .item(), "
+            f"tolist(), numpy(), ...), the last at {who.site()}: inside a rank, keep tensors as torch tensors. "
+            f"Python numbers are memory the ledger cannot see, so copying a tensor out in small pieces would hide "
+            f"it from the budgets just as copying it at once would.")
+
+
 def count_item(who) -> None:
-    """A rank read one number out of a tensor (`.item()`, `float(t)`): fine, unless it reads a tensor's worth."""
+    """A rank read one number out of a tensor (`.item()`, `float(t)`): fine, unless it reads a tensor's worth
+    (with what it took out in other ways: count_out's running total)."""
     who.items_read += 1
     if who.items_read > ITEMS:
         raise HiddenMemoryError(
-            f"rank {who.rank} read more than {ITEMS:,} numbers out of tensors one by one (.item(), float(t), "
-            f"int(t)), the last at {who.site()}: inside a rank, keep tensors as torch tensors. Python numbers are "
-            f"memory the ledger cannot see, so copying a tensor into them would hide it from the budgets.")
+            f"rank {who.rank} took more than {ITEMS:,} numbers out of tensors in all (.item(), float(t), "
+            f"int(t), tolist(), numpy(), ...), the last at {who.site()}: inside a rank, keep tensors as torch "
+            f"tensors. Python numbers are memory the ledger cannot see, so copying a tensor into them would hide "
+            f"it from the budgets.")
+
+
+_ADDRESS_BASE, _ADDRESS_STRIDE = 1 << 47, 1 << 36  # (tokens above user space: no mapped memory there on Linux)
+_tokens: dict = {}  # a storage's real address -> its token, for the run
+
+
+def _address(cls, name: str, original):
+    """data_ptr() from a rank's own code: an opaque number, not the address. Equal for the same storage and offset
+    (what honest code compares: is this the buffer I saved?), but no address to hand to ctypes, numpy's
+    __array_interface__ or anything else that reads memory where the ledger and the isolation check do not look."""
+    def guard(self, *args, **kwargs):
+        real = original(self, *args, **kwargs)
+        who = _caller()
+        if who is None or escapes.rank_calling(sys._getframe(1).f_code) is None or not real:
+            return real
+        base = (self.untyped_storage() if isinstance(self, torch.Tensor) else self)
+        base_ptr = base.data_ptr.__wrapped__(base) if hasattr(base.data_ptr, "__wrapped__") else real
+        token = _tokens.setdefault(base_ptr, _ADDRESS_BASE + len(_tokens) * _ADDRESS_STRIDE)
+        return token + (real - base_ptr)
+
+    guard.__name__, guard.__qualname__ = name, f"{cls.__name__}.{name}"
+    guard.__wrapped__ = original
+    return guard
+
+
+def _counted_function(name: str, what: str, original):
+    def guard(obj, *args, **kwargs):
+        who = _caller()
+        if who is not None and isinstance(obj, torch.Tensor):
+            count_out(who, obj, what)
+        return original(obj, *args, **kwargs)
+
+    guard.__name__ = guard.__qualname__ = name
+    return guard
+
+
+def _owned(name: str, original):
+    def made(*args, **kwargs):
+        out = original(*args, **kwargs)
+        who = _caller()
+        if who is not None and isinstance(out, torch.Tensor) and hasattr(who, "adopt_storage"):
+            who.adopt_storage(out.untyped_storage())  # (torch made it without an op: the rank's own memory)
+        return out
+
+    made.__name__ = made.__qualname__ = name
+    return made
 
 
 def _counted_getitem(original):
@@ -119,9 +197,10 @@ def _counted_getitem(original):
     return getitem
 
 
-def install(current) -> None:
+def install(current, threads_allowed: bool = False) -> None:
     """Guard the ways out of torch while a run is on. `current()` returns the calling rank (an object with
-    `.rank`, `.site()` and `.items_read`) or None for code that is not a rank's own."""
+    `.rank`, `.site()` and `.items_read`) or None for code that is not a rank's own. `threads_allowed` leaves
+    allowed.py's thread rule out (the differential corpus on gloo: torch.distributed's own semantics)."""
     global _users
     with _lock:
         _current.append(current)
@@ -132,10 +211,25 @@ def install(current) -> None:
             own = vars(cls).get(name)
             _saved.append((cls, name, own))
             setattr(cls, name, _guarded(cls, name, what, getattr(cls, name)))
+        for cls, name in _ADDRESSES:
+            if hasattr(cls, name):
+                own = vars(cls).get(name)
+                _saved.append((cls, name, own))
+                setattr(cls, name, _address(cls, name, getattr(cls, name)))
+        for module, name, what in _FUNCTIONS:
+            original = getattr(module, name)
+            _saved_functions.append((module, name, original))
+            setattr(module, name, _counted_function(name, what, original))
+        for module, name in _MAKERS:
+            original = getattr(module, name)
+            _saved_functions.append((module, name, original))
+            setattr(module, name, _owned(name, original))
         own = vars(torch.storage._StorageBase).get("__getitem__")
         _saved.append((torch.storage._StorageBase, "__getitem__", own))
         torch.storage._StorageBase.__getitem__ = _counted_getitem(own)
         escapes.install(_caller)
+        if not threads_allowed:  # (only the real backend's FunctionTask for the differential corpus asks)
+            allowed.install()
 
 
 def uninstall(current) -> None:
@@ -145,7 +239,12 @@ def uninstall(current) -> None:
         _users -= 1
         if _users:
             return
+        allowed.uninstall()
         escapes.uninstall()
+        for module, name, original in reversed(_saved_functions):
+            setattr(module, name, original)
+        _saved_functions.clear()
+        _tokens.clear()
         for cls, name, own in reversed(_saved):
             if own is None:
                 delattr(cls, name)

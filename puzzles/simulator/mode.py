@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import guards, host
+from . import escapes, guards, host
 from .clock import _RECORD_ENTER, _RECORD_EXIT, FREE, charge_op, follow_labels, op_dtype, slowed
 from .guards import storages_of
 from .memory import AT_IMPORT
-from .op_costs import OpCost, cost_parts, rule_for
-from .types import IsolationError, _Abort
+from .op_costs import DECOMPOSE, REFUSED, OpCost, cost_parts, refusal, rule_for
+from .types import IsolationError, UncostedOpError, _Abort
 
 if TYPE_CHECKING:
     from .world import World, _RankState
@@ -94,8 +94,12 @@ class _RankMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         me, world = self.me, self.world
-        if me.untracked:
-            return func(*args, **kwargs)
+        if me.untracked:  # (the runtime's own work switches dispatch off too: an op here is a rank's, unless ours)
+            if escapes.runtime_is_calling():
+                return func(*args, **kwargs)
+            raise IsolationError(f"rank {me.rank} switched the simulator's own flag `untracked` on (found at "
+                                 f"{world.sites.here()}): the simulator's objects are not a rank's to change. No "
+                                 f"puzzle needs it; leave dist's private attributes alone.")
         if world.aborted:  # the run has stopped: this rank's thread must unwind, whatever it catches
             raise _Abort
         if me.loading:  # the rank's own module being imported (sim.run's make_fn): its tensors, on its ledger
@@ -109,6 +113,14 @@ class _RankMode(TorchDispatchMode):
             op = self.ops[key] = _Op(func)
         if op.labels and follow_labels(func, args, me.labels):
             return func(*args, **kwargs)
+        rule = op.rule
+        if rule is None:
+            rule = op.rule = rule_for(func)
+        if rule is REFUSED:  # (allowed.py: an op runs on a rank only if op_costs.py can charge it)
+            raise UncostedOpError(f"rank {me.rank} ran {refusal(func)}. (At {world.sites.here()}.)")
+        if rule is DECOMPOSE:  # (a composite op that reached the mode whole: the ops it is made of, each charged)
+            with self:
+                return func.decompose(*args, **kwargs)
 
         rank, storage = me.rank, world.storage
         if not op.lift:  # (torch.tensor's wrap: its input is new memory of this rank, not a tensor from elsewhere)
@@ -131,9 +143,6 @@ class _RankMode(TorchDispatchMode):
 
         out = op.call(*args, **kwargs)
 
-        rule = op.rule
-        if rule is None:
-            rule = op.rule = rule_for(func)
         if rule is FREE:  # a view (or an op that launches no kernel): its storage is seldom new, and its line is
             allocated = world.sites.allocation_site  # found only then
         else:

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .clock import follow_labels, op_dtype, phase
 from .cost import CostModel
-from .op_costs import FREE, OP_CLASSES, op_cost
+from .op_costs import DECOMPOSE, FREE, OP_CLASSES, op_cost, rule_for
 
 
 @dataclass
@@ -81,6 +81,9 @@ class _TallyMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if rule_for(func) is DECOMPOSE:  # (as the rank's mode: a composite op reached whole, its parts counted)
+            with self:
+                return func.decompose(*args, **kwargs)
         out = func(*args, **kwargs)
         if not follow_labels(func, args, self.labels):
             self.tally.add(func, args, kwargs, out)

@@ -67,8 +67,15 @@ class NonContiguousError(SimError, ValueError):
 
 
 class RankThreadError(SimError):
-    """`dist`, or a work handle, was used outside the thread of the rank it belongs to: from a thread the rank
-    started, or after its run had ended."""
+    """A rank's code started a thread or a process (allowed.py: the clock and the ledger watch one thread per
+    rank), or `dist`, a work handle or the checkpoint disk was used outside the thread of the rank it belongs to
+    (from another thread, or after its run had ended)."""
+
+
+class UncostedOpError(SimError):
+    """A rank ran an aten op that has no cost formula in the puzzles (op_costs.py): the clock and the FLOP count
+    would have to guess its work, so it does not run (allowed.py states the policy). The message names the op, the
+    learner's line and what to write instead."""
 
 
 class OverlapError(SimError, ValueError):

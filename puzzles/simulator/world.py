@@ -18,6 +18,7 @@ each rank's `fn` receives in dist.py.
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import time
@@ -25,7 +26,7 @@ import time
 import torch
 from torch._C import _DisableTorchDispatch
 
-from . import guards, host, watchdog
+from . import escapes, guards, host, watchdog
 from .clock import CostModel, RankClock
 from .collectives import _Collective, _P2P
 from .deadlock import _Diagnosis
@@ -81,6 +82,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
             raise ValueError(f"world_size must be at least 1, got {world_size}")
         self.size, self.cost, self.seed, self.timeout = world_size, cost, seed, timeout
         self.ranks = [_RankState(r) for r in range(world_size)]
+        for r in self.ranks:  # (guards.py: a tensor torch made outside an op, such as get_rng_state's, is the rank's)
+            r.adopt_storage = functools.partial(self._adopt_storage, r.rank)
         self.ledgers = [Ledger(r, (lambda s=s: s.clock.compute)) for r, s in enumerate(self.ranks)]
         self.storage = StorageTracker(self.ledgers)
         self.sites = SiteFinder(library_files, harness_files)
@@ -121,9 +124,15 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
     def guard_caller(self) -> _RankState | None:
         """The rank whose own code is running in this thread, if any (guards.py asks before refusing)."""
         rank = getattr(self._local, "rank", None)
-        if rank is None or self.ranks[rank].untracked:
+        if rank is None:
             return None
-        return self.ranks[rank]
+        me = self.ranks[rank]
+        if me.untracked and escapes.runtime_is_calling():  # (a rank that sets the flag itself stays a rank: allowed.py)
+            return None
+        return me
+
+    def _adopt_storage(self, rank: int, storage) -> None:
+        self.storage.adopt(storage, rank, self.sites.allocation_site())
 
     def rank_state(self, rank: int) -> _RankState:
         return self.ranks[rank]

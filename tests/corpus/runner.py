@@ -138,7 +138,7 @@ def run_on_gloo(cases: list[Case], *, timeout: float = TIMEOUT, hang_timeout: fl
         same = [c for c in cases if c.ranks == ranks and not c.may_wait]
         others = [c for c in cases if c.ranks == ranks and c.may_wait]
         if same:
-            task = real.FunctionTask(raw_in_turn, ([(c.module, c.name) for c in same],))
+            task = real.FunctionTask(raw_in_turn, ([(c.module, c.name) for c in same],), threads_allowed=True)
             [together] = real.run_tasks([task], ranks, timeout=timeout, detail=False)
             if together.ok:
                 for c in same:
@@ -147,7 +147,7 @@ def run_on_gloo(cases: list[Case], *, timeout: float = TIMEOUT, hang_timeout: fl
             else:
                 others = same + others
         if others:
-            tasks = [real.FunctionTask(raw, (c.module, c.name)) for c in others]
+            tasks = [real.FunctionTask(raw, (c.module, c.name), threads_allowed=True) for c in others]
             for c, o in zip(others, real.run_tasks(tasks, ranks, timeout=hang_timeout)):
                 outcomes[c.name] = gloo_outcome(o)
     return outcomes

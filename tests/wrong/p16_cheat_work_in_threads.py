@@ -2,8 +2,8 @@
 and backward run in a Python thread, where neither the clock nor the FLOP count sees them, after products enough
 for the stage-compute floor at the peak rate, at tick 0. Its makespan came out below the last rank's own work: a
 bubble of (makespan - W)/W below zero, accepted. A rank that sends a microbatch on without having computed it since
-its input arrived is refused now, whatever the bubble. (When the allowlists refuse threads, this answer errs
-first.)"""
+its input arrived is refused now, whatever the bubble.
+First, though, the thread itself is refused where it is started (puzzles/simulator/allowed.py)."""
 
 import threading
 
@@ -12,8 +12,8 @@ import torch
 from puzzles.model import forward, loss_fn
 
 MISTAKE = "every chunk's work run in a thread, off the clock, with padding products for the compute floor"
-EXPECTED_FAILURES = {"bubble"}
-DIAGNOSIS = "neither timed nor counted"
+EXPECTED_STATUS = "error"
+DIAGNOSIS = "started a thread (threading.Thread.start)"
 
 
 def off_clock(work):

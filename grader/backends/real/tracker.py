@@ -18,6 +18,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from puzzles.simulator import guards
 from puzzles.simulator.clock import FREE, CostModel, Event, RankClock, charge_compute, follow_labels, op_cost, phase
 from puzzles.simulator.memory import AT_IMPORT, Ledger, SiteFinder, StorageTracker, place_inputs, private_copy
+from puzzles.simulator.op_costs import DECOMPOSE, REFUSED, refusal, rule_for
+from puzzles.simulator.types import UncostedOpError
 
 
 PLACED_SITE = "input placed on the rank by the launcher"
@@ -247,6 +249,10 @@ class ProcessTracker(TorchDispatchMode):
         self.waiting = None  # the communication op this rank is blocked in, if any
         self.pending_outputs: set = set()  # storages of async collectives' outputs that gloo has yet to write
 
+    def adopt_storage(self, storage) -> None:
+        """A storage torch made outside an op the tracker sees (get_rng_state's): this rank's (guards.py)."""
+        self.storage.adopt(storage, self.rank, self.sites.allocation_site())
+
     def guard_caller(self):
         """This process's rank while its own code runs (not the tracker's or torch.distributed's own work)."""
         return None if self.untracked else self
@@ -302,6 +308,12 @@ class ProcessTracker(TorchDispatchMode):
             return self._communicate(func, args, kwargs)
         if func is _ITEM:
             guards.count_item(self)
+        rule = rule_for(func)
+        if rule is REFUSED and not _in_runtime():  # (allowed.py: no cost formula, no run)
+            raise UncostedOpError(f"rank {self.rank} ran {refusal(func)}. (At {self.sites.here()}.)")
+        if rule is DECOMPOSE:  # (a composite op reached whole, under inference_mode: its parts, each charged)
+            with self:
+                return func.decompose(*args, **kwargs)
         out = func(*args, **kwargs)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         runtime = None

@@ -1,0 +1,140 @@
+"""What a rank may do: a list of what is allowed, enforced while the rank runs (not a list of cheats caught).
+
+Every figure a verdict rests on (the memory ledger, the FLOP count, the clock) is measured by one dispatch mode
+that watches one thread per rank. So while a run is on, a rank's own code may do only what that mode can measure:
+
+    threads and processes  the rank's own thread, nothing else. Starting a thread (`threading`, `_thread`,
+                           `concurrent.futures`, `multiprocessing`'s pools) or a process (`os.fork`, `os.system`,
+                           `subprocess`, `multiprocessing`, `os.posix_spawn`, `os.exec*`) raises RankThreadError
+                           naming the line: work there would be neither timed nor counted. torch's intra-op
+                           threads are torch's (they run the rank's ops, which the mode sees) and stay.
+                           (here)
+    tensors stay in torch  no numpy, list, bytes, pickle or DLPack copies beyond a small running total per rank
+                           (guards.py), no address (data_ptr() is an opaque number), no ctypes by any path
+                           (here, by its audit events); tensors torch makes outside an op (get_rng_state) are
+                           the rank's own
+    ops                    an aten op runs only if op_costs.py has a cost formula for it, or it is a view or
+                           a metadata op: anything else (a custom op included) raises UncostedOpError naming
+                           the op and the line (mode.py), never a guessed charge
+    the mode stays on      no switch that takes torch's dispatch modes off; no files written, no memory mapped
+                           (escapes.py)
+
+The grader's and the simulator's own code (the checkpoint disk, the supervisor), torch's code called by them, and
+a library's code run while it is imported are not the rank's and are let through. How the rules are enforced:
+processes by Python's audit events (PEP 578: `os.fork`, `os.exec`, `os.posix_spawn`, `os.spawn`, `os.system`,
+`subprocess.Popen`, raised in C, from any thread, by a hook that cannot be removed), and by `_posixsubprocess`'s
+`fork_exec` (which multiprocessing's spawn calls without an event). Python 3.10 and 3.11 raise no event when a
+thread starts, so `_thread.start_new_thread` (every Python thread starts there; `threading` holds its own
+reference) is replaced while a run is on. Code that digs the original out of this module is a learner who reads the
+grader to defeat it: that is left to the batch mode's process isolation (docs/grading.md, "Threat model").
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import threading
+
+from . import escapes
+from .types import HiddenMemoryError, RankThreadError
+
+try:
+    import _posixsubprocess
+except ImportError:  # (Windows)
+    _posixsubprocess = None
+
+_WHY = ("a rank runs in one thread, the only one its clock, its memory ledger and its FLOP count watch, so work "
+        "done in another thread or process would be neither timed nor counted.")
+_INSTEAD = {
+    "thread": "Do the work in the rank's own code; to overlap communication with computation, pass async_op=True "
+              "(or use isend/irecv) and wait() on the handle later.",
+    "process": "Do the work in the rank's own code; the simulator already runs every rank for you.",
+}
+
+# audit event -> what it starts, in the learner's words
+PROCESS_EVENTS = {
+    "os.fork": "a process (os.fork)", "os.forkpty": "a process (os.forkpty)",
+    "os.posix_spawn": "a process (os.posix_spawn)", "os.spawn": "a process (os.spawn*)",
+    "os.exec": "a program (os.exec*)", "os.system": "a process (os.system)",
+    "subprocess.Popen": "a process (subprocess)", "os.startfile": "a program (os.startfile)",
+}
+
+
+# ctypes' audit events: an address read or written, a foreign function called, a library loaded. With ctypes (reached
+# by `import ctypes`, `torch.ctypes`, numpy.ctypeslib or any other path: the events are raised in C) a rank could
+# read or write memory where neither the ledger nor the isolation check looks.
+CTYPES_EVENTS = ("ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata", "ctypes.cdata/buffer",
+                 "ctypes.call_function", "ctypes.create_string_buffer", "ctypes.create_unicode_buffer",
+                 "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.set_exception")
+
+
+def _ctypes_event(event: str, args) -> None:
+    who = escapes.caller()
+    if who is not None and _from_rank_code(sys._getframe(2)):
+        raise HiddenMemoryError(
+            f"rank {who.rank} used ctypes ({event}) at {who.site()}: inside a rank, tensors stay inside torch. "
+            f"ctypes reads and writes memory by its address, where neither the memory ledger nor the isolation "
+            f"check looks (another rank's memory, for one). Use torch's ops on the tensors themselves.")
+
+
+def refuse(who, what: str, kind: str):
+    raise RankThreadError(f"rank {who.rank} started {what} at {who.site()}: {_WHY} {_INSTEAD[kind]}")
+
+
+def _from_rank_code(frame) -> bool:
+    """Whether the call at `frame` was made by a rank's own code: walking out past torch's, the standard library's
+    and installed packages' frames (threading.Thread.start, subprocess, torch.utils.data), the first other frame
+    is the learner's. Ours (the checkpoint disk, the supervisor) and a library being imported are let through."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(escapes.OURS) or name.startswith("<frozen importlib"):
+            return False
+        if not name.startswith(escapes.PASSING) and not name.startswith("<frozen"):
+            return True
+        frame = frame.f_back
+    return False  # (a thread with no rank code below it: not the rank's)
+
+
+def _process_event(event: str, args) -> None:
+    who = escapes.caller()
+    if who is not None and _from_rank_code(sys._getframe(2)):
+        refuse(who, PROCESS_EVENTS[event], "process")
+
+
+def _starter(original, what: str, kind: str):
+    def start(*args, **kwargs):
+        who = escapes.caller()
+        if who is not None and _from_rank_code(sys._getframe(1)):
+            refuse(who, what, kind)
+        return original(*args, **kwargs)
+
+    start.__name__ = start.__qualname__ = getattr(original, "__name__", "start")
+    return start
+
+
+# (module, name, what it starts, kind): the callables replaced while a run is on
+_STARTERS = [(_thread, "start_new_thread", "a thread (_thread.start_new_thread)", "thread"),
+             (_thread, "start_new", "a thread (_thread.start_new)", "thread"),
+             (threading, "_start_new_thread", "a thread (threading.Thread.start)", "thread")]
+if _posixsubprocess is not None:
+    _STARTERS.append((_posixsubprocess, "fork_exec", "a process (multiprocessing or subprocess)", "process"))
+_saved: list[tuple] = []
+
+
+def install() -> None:
+    """Hold the rules while a run is on (called by guards.install, once for the first run of several)."""
+    for module, name, what, kind in _STARTERS:
+        original = getattr(module, name, None)
+        if original is not None:
+            _saved.append((module, name, original))
+            setattr(module, name, _starter(original, what, kind))
+
+
+def uninstall() -> None:
+    for module, name, original in reversed(_saved):
+        setattr(module, name, original)
+    _saved.clear()
+
+
+escapes.HANDLERS.update(dict.fromkeys(PROCESS_EVENTS, _process_event))
+escapes.HANDLERS.update(dict.fromkeys(CTYPES_EVENTS, _ctypes_event))
