@@ -218,6 +218,8 @@ CONTEXTS = {
         """, world=1),
     "p17": Context(MICROBATCHES),
     "p18": Context("""
+        from puzzles.sim import Disk
+        files = Disk().mount(dist)  # p18's harness mounts the job's disk before the learner's code runs
         state = types.SimpleNamespace(generator=torch.Generator().manual_seed(0))
         t = state.generator.get_state()
         obj = {"step": 4, "master": torch.ones(8)}
