@@ -193,7 +193,7 @@ _SORTS = _packets("sort", "argsort", "msort", "topk", "kthvalue", "median", "nan
 # Kernels of a few operations per element that torch does not tag pointwise: losses, activations' backwards,
 # pooling, upsampling, dropout, norms' variants. One FLOP per element read or written, as before the allowlist.
 _PER_ELEMENT = _packets(
-    "where", "masked_fill", "masked_fill_", "floor_divide", "floor_divide_", "remainder", "fmod", "rsub",
+    "allclose", "where", "masked_fill", "masked_fill_", "floor_divide", "floor_divide_", "remainder", "fmod", "rsub",
     "true_divide", "true_divide_", "divide", "divide_", "threshold", "threshold_", "threshold_backward",
     "leaky_relu_backward", "hardtanh_backward", "gelu_backward", "elu_backward", "softplus_backward",
     "hardswish_backward", "hardsigmoid_backward", "mish_backward", "log_sigmoid_forward", "log_sigmoid_backward",
