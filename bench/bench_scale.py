@@ -1,26 +1,28 @@
 """Validation of `python -m grader predict` against published runs: writes bench/SCALE.md.
 
-    python bench/bench_scale.py --no-calculon   # every run with the fitted A100 and the H100 (about 25 minutes)
-    python bench/bench_scale.py --merge --calculon-only --no-h100   # add the runs with Calculon's curves as published
-    python bench/bench_scale.py --merge --check-line --no-h100 --only 22B  # 175B simulated with all 64 microbatches
-    python bench/bench_scale.py --only 22B 175B # some of Korthikanti et al.'s models
-    python bench/bench_scale.py --fit           # find the one fitted constant again (22B, SP + selective)
-    python bench/bench_scale.py --report        # SCALE.md again from bench/scale_results.json
+    python bench/bench_scale.py                  # every preset: the fit and the held-out runs
+    python bench/bench_scale.py --unfitted --roofline --check-line   # and the columns and checks below
+    python bench/bench_scale.py --only narayanan-145b mt-nlg-530b-280-nodes   # some presets, merged into the rest
+    python bench/bench_scale.py --unfitted       # also every run without the fitted constants (a column)
+    python bench/bench_scale.py --roofline       # also the A100 runs with ops charged by the roofline (a column)
+    python bench/bench_scale.py --check-line     # the lines against whole runs at GPT-3 175B's and 530B's size
+    python bench/bench_scale.py --fit            # the fitted constants again, from the fit set alone
+    python bench/bench_scale.py --report         # SCALE.md again from bench/scale_results.json, nothing run
 
-For each of Korthikanti et al.'s runs (22B, 175B, 530B, 1T; full recomputation, and sequence parallelism with
-selective recomputation) it simulates the step on meta tensors and compares the iteration time with Table 5, and
-the first stage's activation memory with the paper's formulas and its Figure 1. A pipeline of many microbatches
-is simulated with m1 and m2 of them (runner.line_points) and the step read off the line through the two runs.
-Figure 1's baseline (no recomputation, no sequence parallelism) was not timed; its memory is predicted from the run
-of m1 microbatches (the first stage holds as many in flight as with all of them), which says so. Then
-torchtitan's Llama 3.1 8B on 8 H100s (tokens per second per GPU, memory).
+Each published run (grader/predictor/published.py: its figure, its source, its set) is predicted from its preset
+(grader/predictor/presets.py) with predict_by_line, as `python -m grader predict --preset NAME` does, and its
+cost (wall and CPU seconds, ops, the runs simulated) recorded. The split into a fitting and a held-out set was
+committed before any physics was chosen on it; the fit set is what the choices were made on and what each GPU's
+one constant is fitted on (devices.py); the held-out runs are read, never fitted. Korthikanti et al.'s runs are also checked
+against the paper's activation-memory formula (a check of the step, not a validation: their Figure 1 is that
+formula evaluated).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -33,74 +35,112 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grader.predictor.runner import line_points, predict, predict_by_line  # noqa: E402
 from grader.predictor import formulas  # noqa: E402
-from grader.predictor.presets import MEGATRON, megatron  # noqa: E402
+from grader.predictor.presets import MEGATRON, megatron, presets  # noqa: E402
+from grader.predictor.published import FIT, HELD_OUT, LISTED, runs  # noqa: E402
+from grader.predictor.lines import predict_by_line  # noqa: E402
+from grader.predictor.runner import predict  # noqa: E402
 
 GIB = 2**30
 OUT = ROOT / "bench" / "SCALE.md"
 RESULTS = ROOT / "bench" / "scale_results.json"
 
+# Calculon's own model (github.com/calculon-ai/calculon at caa4b11) on Korthikanti et al.'s Table 5: its
+# `calculon llm-validation` run here (its validation imports pandas and psutil and uses neither: both stubbed);
+# seconds per run, and the averages its output prints (3.65% mean, 8.87% largest), which its README reports.
+CALCULON = {"megatron-22b-full": 1.40, "megatron-22b-seqsel": 1.14, "megatron-175b-full": 18.03,
+            "megatron-175b-seqsel": 13.64, "megatron-530b-full": 49.89, "megatron-530b-seqsel": 34.47,
+            "megatron-1t-full": 90.08, "megatron-1t-seqsel": 66.04}
 
-def run_megatron(name: str, mode: str, cluster: str = "a100") -> dict:
-    cfg = megatron(name, mode).but(cluster=cluster)
-    if mode == "none":  # memory only: the first stage holds as many microbatches in flight with m1 as with all
-        par = cfg.parallel
-        m1 = (line_points(cfg) or (par.microbatches,))[0]
-        cfg = cfg.but(global_batch=m1 * par.microbatch)
-        p = predict(cfg)
-    else:
-        p = predict_by_line(cfg)
-    pub = MEGATRON[name][-1]
+# Why a row misses 10%, where one does (written from what the runs show; nothing was tuned to them).
+_MT_NLG = ("The same 530B model on the same Selene nodes ran at 163 TFLOP/s per GPU in Narayanan et al.'s Table 1 "
+           "(Megatron-LM's benchmark, predicted here within a few percent: `narayanan-530b` above) and at 126, 121 "
+           "and 113 in MT-NLG's production run (DeepSpeed's pipeline engine with Megatron's layers); the step "
+           "modelled is the same code's for both, so it predicts MT-NLG at about Megatron-LM's efficiency. What "
+           "section 2.4 does not say is set by assumption: microbatch 1 (the smallest pipeline bubble, (p-1)/(m+p-1) "
+           "with m = 240, 192, 160: a larger microbatch would lengthen the step), 1F1B, fp16 gradients, the "
+           "vocabulary. What the production engine spent beyond the benchmark (its pipeline's messages, its own "
+           "schedule, data loading, any other overhead of a training run) is not modelled, and no published "
+           "figure here measures it. Not tuned to.")
+WHY = {f"mt-nlg-530b-{n}-nodes": _MT_NLG for n in (280, 350, 420)}
+
+
+def run_preset(name: str, cluster: str | None = None) -> dict:
+    cfg = presets()[name]
+    if cluster:
+        cfg = cfg.but(cluster=cluster)
+    load_before = os.getloadavg()[0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    p = predict_by_line(cfg)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     first = p.memory[0]
-    return {"model": name, "mode": mode, "cluster": cluster, "step_seconds": p.step_seconds,
-            "published_seconds": {"full": pub.full_seconds, "seqsel": pub.seqsel_seconds}.get(mode),
-            "activations": first["layer_activations"], "all_activations": first["activations"],
-            "formula": float(formulas.activation_bytes(cfg)),
-            "figure1_gib": {"none": pub.activations_none_gib, "seqsel": pub.activations_seqsel_gib}.get(mode),
-            "weights_and_optimizer": first["weights"] + first["gradients"] + first["optimizer"],
-            "middle_weights_and_optimizer": sum(p.memory[len(p.memory) // 2][k]
-                                                for k in ("weights", "gradients", "optimizer")),
-            "figure1_weights_gib": pub.weights_and_optimizer_gib,
-            "formula_weights": 18 * formulas.layer_weights_per_gpu(cfg),
-            "peak": max(m["peak"] for m in p.memory), "mfu": p.mfu, "bubble": sum(p.bubble) / len(p.bubble),
-            "ranks": cfg.simulated_ranks, "ops": p.ops, "events": p.events, "wall": p.wall_seconds,
-            "cpu": p.cpu_seconds, "microbatches": cfg.parallel.microbatches,
-            "simulated_microbatches": list(p.line_through) or [cfg.parallel.microbatches]}
+    row = {"name": name, "cluster": cfg.cluster, "step_seconds": p.step_seconds, "mfu": p.mfu,
+           "bubble": sum(p.bubble) / len(p.bubble), "dp_busy": p.dp.busy / 1e9, "dp_exposed": p.dp.exposed / 1e9,
+           "peak_gib": max(m["peak"] for m in p.memory) / GIB, "activations": first["layer_activations"],
+           "all_activations": first["activations"],
+           "weights_and_optimizer": first["weights"] + first["gradients"] + first["optimizer"],
+           "ops": p.ops, "events": p.events, "wall": wall, "cpu": cpu, "runs": [list(r) for r in p.line_through],
+           "check": list(p.checked_against), "load": round(load_before, 1),
+           "off_the_lines": p.off_the_lines, "time_by_class": p.time_by_class,
+           "gpus": cfg.parallel.gpus, "microbatches": cfg.parallel.microbatches, "stages": cfg.parallel.pipeline}
+    if cfg.model.style == "gpt":
+        row["formula"] = float(formulas.activation_bytes(cfg))
+    if cfg.data_parallel == "fsdp":
+        row["tokens_per_second"] = cfg.parallel.microbatch * cfg.model.seq / p.step_seconds
+    return row
 
 
-def run_torchtitan() -> dict:
-    """torchtitan's Llama 3.1 8B on 8 H100s: tokens per second per GPU (the local batch's tokens over the step)
-    and the rank's peak memory, against docs/performance.md's Table 1."""
-    from grader.predictor.presets import TORCHTITAN_MEMORY_GIB, TORCHTITAN_TOKENS_PER_SECOND, torchtitan_llama8b
+def fit_errors(base: str, fraction, names) -> list[float]:
+    """The signed errors of the published runs `names` with cluster `base`'s products at `fraction` of their
+    achieved share of peak."""
+    import dataclasses
 
-    cfg = torchtitan_llama8b()
-    p = predict(cfg)
-    tokens = cfg.parallel.microbatch * cfg.model.seq  # one GPU's local batch
-    m = p.memory[0]
-    return {"model": "Llama 3.1 8B", "mode": "FSDP, selective (op)", "cluster": cfg.cluster,
-            "published_tokens": TORCHTITAN_TOKENS_PER_SECOND, "published_gib": TORCHTITAN_MEMORY_GIB,
-            "tokens_per_second": tokens / p.step_seconds, "step_seconds": p.step_seconds, "mfu": p.mfu,
-            "memory_gib": m["peak"] / GIB, "weights_gib": m["weights"] / GIB, "gradients_gib": m["gradients"] / GIB,
-            "optimizer_gib": m["optimizer"] / GIB, "activations_gib": m["activations"] / GIB,
-            "ranks": cfg.simulated_ranks, "ops": p.ops, "events": p.events, "wall": p.wall_seconds,
-            "cpu": p.cpu_seconds, "microbatches": cfg.parallel.microbatches}
-
-
-def fit() -> Fraction:
-    """The fraction of Calculon's matrix efficiency that makes 22B (SP + selective) take its published 1.10 s."""
     import grader.predictor.cluster as cluster
 
-    base = cluster.CLUSTERS["a100-calculon"]
-    lo, hi = Fraction("0.5"), Fraction(1)
-    for _ in range(14):
-        mid = (lo + hi) / 2
-        device = dataclasses.replace(base.device, efficiency=base.device.efficiency.scaled(mid))
-        cluster.CLUSTERS["fit"] = dataclasses.replace(base, device=device)
-        seconds = predict(megatron("22B", "seqsel").but(cluster="fit")).step_seconds
-        print(f"  {float(mid):.5f}: {seconds:.4f} s", file=sys.stderr)
-        lo, hi = (mid, hi) if seconds > 1.10 else (lo, mid)
-    return (lo + hi) / 2
+    c = cluster.CLUSTERS[base]
+    cluster.CLUSTERS["fit"] = dataclasses.replace(c, device=c.device.scaled(Fraction(fraction), "fit"))
+    published = {r.name: r.seconds for r in runs()}
+    out = []
+    for name in names:
+        p = predict_by_line(presets()[name].but(cluster="fit"))
+        out.append(p.step_seconds / published[name] - 1)
+    return out
+
+
+def fit(base: str, names) -> Fraction:
+    """The fraction of `base`'s product efficiency that makes the mean signed error over the fit-set runs
+    `names` zero: secant steps from 1 and 0.9, to 4 digits."""
+    x0, x1 = Fraction(1), Fraction("0.9")
+    y0 = sum(fit_errors(base, x0, names)) / len(names)
+    for _ in range(6):
+        y1 = sum(fit_errors(base, x1, names)) / len(names)
+        print(f"  {base} x {float(x1):.5f}: mean error {100 * y1:+.3f}%", file=sys.stderr, flush=True)
+        if abs(y1) < 2e-4 or y1 == y0:
+            break
+        x0, x1, y0 = x1, x1 - y1 * (x1 - x0) / (y1 - y0), y1
+        x1 = Fraction(round(x1, 4))
+    return x1
+
+
+def check_line(name: str, global_batch: int | None = None) -> dict:
+    """A preset (its batch cut to `global_batch`) simulated whole, every stage and microbatch, against the lines."""
+    cfg = presets()[name]
+    if global_batch:
+        cfg = cfg.but(global_batch=global_batch)
+    out = {"name": name, "microbatches": cfg.parallel.microbatches}
+    for how, fn in (("lines", predict_by_line), ("whole", predict)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        p = fn(cfg)
+        out[how] = {"ticks": p.step_ticks, "memory": [p.memory[s] for s in range(len(p.memory))]
+                    if how == "lines" else None, "first": p.memory[0],
+                    "stages": list(p.memory_stages), "ops": p.ops, "wall": time.perf_counter() - wall,
+                    "cpu": time.process_time() - cpu, "runs": [list(r) for r in p.line_through]}
+        if how == "whole":
+            out[how]["by_stage"] = {str(s): p.memory[s] for s in out["lines"]["stages"]}
+    lines, whole = out["lines"], out["whole"]
+    out["same"] = lines["ticks"] == whole["ticks"] and all(
+        m == whole["by_stage"][str(s)] for s, m in zip(lines["stages"], lines["memory"]))
+    return out
 
 
 def pct(a, b) -> str:
@@ -115,234 +155,321 @@ def commit() -> str:
         return "?"
 
 
-def check_line() -> dict:
-    """175B with SP + selective recomputation, every microbatch simulated, against the line through two runs."""
-    cfg = megatron("175B", "seqsel")
-    every, line = predict(cfg), predict_by_line(cfg)
-    return {"model": "175B", "mode": "seqsel", "every_ticks": every.step_ticks, "line_ticks": line.step_ticks,
-            "every_memory": every.memory, "line_memory": line.memory, "every_ops": every.ops, "line_ops": line.ops,
-            "every_wall": every.wall_seconds, "line_wall": line.wall_seconds, "every_cpu": every.cpu_seconds,
-            "line_cpu": line.cpu_seconds, "line_through": list(line.line_through)}
+def errors(rows) -> str:
+    e = [abs(r["error"]) for r in rows]
+    return f"average {100 * sum(e) / len(e):.1f}%, largest {100 * max(e):.1f}%, over {len(e)} runs" if e else "-"
 
 
-def markdown(rows: list[dict], h100: list[dict], line_check: dict | None = None) -> str:
-    timed = [r for r in rows if r["mode"] in ("full", "seqsel") and r["cluster"] == "a100"]
-    errors = [abs(r["step_seconds"] / r["published_seconds"] - 1) for r in timed]
-    out = [HEADER.format(commit=commit(), torch=torch.__version__, python=platform.python_version())]
-    out.append("## Iteration time (Table 5), DGX A100\n")
-    out.append("| model | recomputation | published (s) | predicted (s) | error | Calculon's curves as published (s) "
-               "| error | MFU | bubble |")
-    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    unfitted = {(r["model"], r["mode"]): r for r in rows if r["cluster"] == "a100-calculon"}
-    for r in timed:
-        u = unfitted.get((r["model"], r["mode"]))
-        raw = f"{u['step_seconds']:.2f} | {pct(u['step_seconds'], r['published_seconds'])}" if u else "- | -"
-        fitted = " (fitted here)" if (r["model"], r["mode"]) == ("22B", "seqsel") else ""
-        out.append(f"| {r['model']} | {MODES[r['mode']]} | {r['published_seconds']} | {r['step_seconds']:.2f} | "
-                   f"{pct(r['step_seconds'], r['published_seconds'])}{fitted} | {raw} | {100 * r['mfu']:.1f}% | "
-                   f"{100 * r['bubble']:.1f}% |")
-    if errors:
-        others = [abs(r["step_seconds"] / r["published_seconds"] - 1) for r in timed
-                  if (r["model"], r["mode"]) != ("22B", "seqsel")]
-        out.append(f"\nAverage error {100 * sum(errors) / len(errors):.1f}% (target at most 10%), largest "
-                   f"{100 * max(errors):.1f}% (target at most 20%), over the {len(errors)} runs; over the "
-                   f"{len(others)} runs the constant was not fitted on: average {100 * sum(others) / max(len(others), 1):.1f}%, "
-                   f"largest {100 * max(others, default=0):.1f}%.")
-        worst = max(timed, key=lambda r: abs(r["step_seconds"] / r["published_seconds"] - 1))
-        out.append(f"The largest error: {worst['model']}, {MODES[worst['mode']]} "
-                   f"({pct(worst['step_seconds'], worst['published_seconds'])}).")
-    raws = [abs(u["step_seconds"] / u["published_seconds"] - 1) for u in unfitted.values() if u["published_seconds"]]
-    if raws:
-        out.append(f"With Calculon's curves as published (nothing fitted): average {100 * sum(raws) / len(raws):.1f}%,"
-                   f" largest {100 * max(raws):.1f}%, over {len(raws)} runs.")
-    out.append("\n## Activation memory on the first pipeline stage (GiB per GPU)\n")
-    out.append("| model | recomputation | predicted | Korthikanti et al.'s formula | error | Figure 1 | "
-               "weights + gradients + optimizer (first stage; a middle stage) | Figure 1 (layers only) | peak |")
-    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        if r["cluster"] != "a100":
+def markdown(results: dict) -> str:
+    by_name = {r["name"]: r for r in results["rows"]}
+    pub = {r.name: r for r in runs() if r.name}
+    table = []
+    for run in runs():
+        if run.split == LISTED or run.name not in by_name:
             continue
-        fig = f"{r['figure1_gib']:.2f}" if r["figure1_gib"] else "-"
-        note = f" (m = {r['microbatches']})" if r["mode"] == "none" else ""
-        out.append(f"| {r['model']} | {MODES[r['mode']]}{note} | {r['activations'] / GIB:.2f} | "
-                   f"{r['formula'] / GIB:.2f} | {pct(r['activations'], r['formula'])} | {fig} | "
-                   f"{r['weights_and_optimizer'] / GIB:.2f}; {r['middle_weights_and_optimizer'] / GIB:.2f} | "
-                   f"{r['figure1_weights_gib']:.2f} | {r['peak'] / GIB:.1f} |")
-    out.append("\n## What the largest runs cost to simulate\n")
-    out.append("| model | recomputation | microbatches | simulated (microbatches) | simulated ranks | ops | events "
-               "| wall (s) | CPU (s) |")
-    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows + h100:
-        if r["cluster"] == "a100-calculon":
-            continue
-        simulated = " + ".join(str(m) for m in r.get("simulated_microbatches", [r["microbatches"]]))
-        out.append(f"| {r['model']} | {MODES.get(r['mode'], r['mode'])} | {r['microbatches']} | {simulated} | "
-                   f"{r['ranks']} | {r['ops']:,} | {r['events']:,} | {r['wall']:.0f} | {r['cpu']:.0f} |")
-    measured = [r for r in rows + h100 if r["cluster"] != "a100-calculon"]
-    if measured:
-        big = max(measured, key=lambda r: r["ops"])
-        out.append(f"\nThe largest, {big['model']} with {MODES.get(big['mode'], big['mode'])}: {big['ops']:,} ops on "
-                   f"{big['ranks']} simulated ranks in {big['wall']:.0f} s of wall time ({big['cpu']:.0f} s of CPU; the "
-                   f"issue's target is 5 minutes). Simulating all {big['microbatches']} of its microbatches would take "
-                   f"about {big['microbatches'] / sum(big['simulated_microbatches']):.1f} times as many ops (not run).")
-    if line_check:
-        c = line_check
-        agree = (c["every_ticks"], c["every_memory"]) == (c["line_ticks"], c["line_memory"])
-        same = "the same" if agree else "NOT the same"
-        out.append(f"\nThe line checked at full size: 175B with SP + selective, all 64 microbatches simulated, "
-                   f"{c['every_ticks']:,} ticks ({c['every_ops']:,} ops, {c['every_wall']:.0f} s wall, "
-                   f"{c['every_cpu']:.0f} s CPU); read off the line through {c['line_through'][0]} and "
-                   f"{c['line_through'][1]}: {c['line_ticks']:,} ticks ({c['line_ops']:,} ops, {c['line_wall']:.0f} s "
-                   f"wall, {c['line_cpu']:.0f} s CPU): {same} step and memory, to the tick and the byte.")
-    if h100:
-        out.append(H100_SECTION)
-        out.append("| run | published | predicted | error |")
-        out.append("| --- | ---: | ---: | ---: |")
-        for r in h100:
-            out.append(f"| {r['model']}, {r['cluster']} | {r['published_tokens']:,} tokens/s/GPU, "
-                       f"{r['published_gib']} GiB | {r['tokens_per_second']:,.0f} tokens/s/GPU, {r['memory_gib']:.1f} "
-                       f"GiB | {pct(r['tokens_per_second'], r['published_tokens'])}, "
-                       f"{pct(r['memory_gib'], r['published_gib'])} |")
-        for r in h100:
-            step = r["published_step"] = 2 * 8192 / r["published_tokens"]  # one GPU's local batch of tokens
-            out.append(f"\nAs a step time: {step:.3f} s measured, {r['step_seconds']:.3f} s predicted "
-                       f"({pct(r['step_seconds'], step)}); MFU predicted {100 * r['mfu']:.1f}%.")
+        r = dict(by_name[run.name])
+        r["error"] = r["step_seconds"] / run.seconds - 1
+        table.append((run, r))
+    out = [HEADER.format(command=results.get("command", "python bench/bench_scale.py"),
+                         commit=results.get("commit") or commit(), torch=torch.__version__, python=platform.python_version(),
+                         when=results.get("when", "?"), load=results.get("load", "?"),
+                         minutes=results.get("minutes", 0))]
+    for split, title in ((FIT, "The fit set: what the model's choices were made on"),
+                         (HELD_OUT, "The held-out set: nothing chosen or fitted on it")):
+        rows = [(run, r) for run, r in table if run.split == split]
+        out.append(f"\n## {title}\n")
+        out.append("| run | source | published step (s) | predicted (s) | error | nothing fitted (s) | error | "
+                   "Calculon's model (s) | error | MFU | idle | data-parallel exposed (s) |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        unfitted = results.get("unfitted", {})
+        for run, r in rows:
+            calc = CALCULON.get(run.name)
+            calc_cols = f"{calc:.2f} | {pct(calc, run.seconds)}" if calc else "- | -"
+            raw = unfitted.get(run.name)
+            raw_cols = f"{raw:.3f} | {pct(raw, run.seconds)}" if raw else "- | -"
+            out.append(f"| {run.label} (`{run.name}`) | {SHORT[run.source.split(',')[0].split(' (')[0]]} | "
+                       f"{run.seconds:.3f} | {r['step_seconds']:.3f} | {100 * r['error']:+.1f}% | {raw_cols} | "
+                       f"{calc_cols} | {100 * r['mfu']:.1f}% | {100 * r['bubble']:.1f}% | "
+                       f"{r['dp_exposed']:.3f} of {r['dp_busy']:.3f} |")
+        out.append(f"\nErrors: {errors([r for _, r in rows])}.")
+        raws = [{"error": unfitted[run.name] / run.seconds - 1} for run, _ in rows if run.name in unfitted]
+        if raws:
+            out.append(f"Nothing fitted: {errors(raws)}.")
+            raw_sources = {}
+            for run, _ in rows:
+                if run.name in unfitted:
+                    raw_sources.setdefault(SHORT[run.source.split(',')[0].split(' (')[0]], []).append(
+                        {"error": unfitted[run.name] / run.seconds - 1})
+            if len(raw_sources) > 1:
+                out.append("Nothing fitted, by source: " + "; ".join(f"{k}: {errors(v)}"
+                                                                    for k, v in raw_sources.items()) + ".")
+        sources = {}
+        for run, r in rows:
+            sources.setdefault(SHORT[run.source.split(',')[0].split(' (')[0]], []).append(r)
+        if len(sources) > 1:
+            out.append("By source: " + "; ".join(f"{k}: {errors(v)}" for k, v in sources.items()) + ".")
+        if split == FIT:
+            calc = [abs(CALCULON[run.name] / run.seconds - 1) for run, _ in rows if run.name in CALCULON]
+            ours = [abs(r["error"]) for run, r in rows if run.name in CALCULON]
+            out.append(f"On Korthikanti et al.'s 8 runs: ours average {100 * sum(ours) / len(ours):.1f}%, largest "
+                       f"{100 * max(ours):.1f}%; Calculon's own model average {100 * sum(calc) / len(calc):.2f}%, "
+                       f"largest {100 * max(calc):.2f}% from its seconds as printed (its validation's output: "
+                       f"3.65%, 8.87%).")
+        missed = [(run, r) for run, r in rows if abs(r["error"]) > 0.10]
+        for run, r in missed:
+            out.append(f"- {run.label}: {100 * r['error']:+.1f}%. {WHY.get(run.name, 'Not explained yet.')}")
+    torchtitan = [(run, r) for run, r in table if "tokens_per_second" in r]
+    if torchtitan:
+        out.append(TORCHTITAN_SECTION)
+        out.append("| run | set | published | predicted | error | memory published | predicted peak | error |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for run, r in torchtitan:
+            tps = float(run.derived.split(" tokens")[0].replace(",", ""))
+            out.append(f"| {run.label} | {run.split} | {tps:,.0f} tokens/s/GPU | {r['tokens_per_second']:,.0f} | "
+                       f"{pct(r['tokens_per_second'], tps)} | {run.memory_gib} GiB | {r['peak_gib']:.1f} GiB | "
+                       f"{pct(r['peak_gib'], run.memory_gib)} |")
+        if len(torchtitan) == 2:
+            (a_run, a), (b_run, b) = torchtitan
+            measured = float(b_run.derived.split(" tokens")[0].replace(",", "")) / \
+                float(a_run.derived.split(" tokens")[0].replace(",", "")) - 1
+            out.append(f"\nFrom 8 to 128 GPUs, throughput per GPU: measured {100 * measured:+.1f}%, predicted "
+                       f"{100 * (b['tokens_per_second'] / a['tokens_per_second'] - 1):+.1f}%.")
+    listed = [run for run in runs() if run.split == LISTED]
+    if listed:
+        out.append("\nPublished, not predicted (the step cannot run them): " + "; ".join(
+            f"{run.label}, {run.derived}, {run.memory_gib} GiB ({run.source})" for run in listed) +
+            f". Why: {listed[0].why_not}.")
+    out.append(MEMORY_SECTION)
+    out.append("| run | predicted (the layers') | the formula | error | with the embedding's and the loss's | "
+               "weights + gradients + optimizer | peak |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name in MEGATRON:
+        for mode in ("seqsel", "full", "none"):
+            r = by_name.get(f"megatron-{name.lower()}-{mode}")
+            if r is None:
+                continue
+            out.append(f"| {name}, {MODES[mode]} | {r['activations'] / GIB:.2f} | {r['formula'] / GIB:.2f} | "
+                       f"{pct(r['activations'], r['formula'])} | {r['all_activations'] / GIB:.2f} | "
+                       f"{r['weights_and_optimizer'] / GIB:.2f} | {r['peak_gib']:.1f} |")
+    if results.get("roofline"):
+        out.append(ROOFLINE_SECTION)
+        out.append("| run | published (s) | sum (the model) | error | roofline | error |")
+        out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for run, r in table:
+            roof = results["roofline"].get(run.name)
+            if roof is None:
+                continue
+            out.append(f"| {run.label} | {run.seconds:.3f} | {r['step_seconds']:.3f} | {100 * r['error']:+.1f}% | "
+                       f"{roof:.3f} | {pct(roof, run.seconds)} |")
+    out.append(COST_SECTION)
+    out.append("| preset | stages x microbatches | runs simulated | ops | wall (s) | CPU (s) | load average |")
+    out.append("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    for r in results["rows"]:
+        sims = ", ".join(f"{s}x{m}" for s, m in r["runs"]) or "the whole step"
+        if r.get("check"):
+            sims += f"; checked against {r['check'][0]}x{r['check'][1]}"
+        out.append(f"| `{r['name']}` | {r['stages']} x {r['microbatches']} | {sims} | {r['ops']:,} | "
+                   f"{r['wall']:.1f} | {r['cpu']:.1f} | {r.get('load', '?')} |")
+    slowest = max(results["rows"], key=lambda r: r["wall"])
+    over_wall = [r["name"] for r in results["rows"] if r["wall"] > 60]
+    over_cpu = [r["name"] for r in results["rows"] if r["cpu"] > 60]
+    cpu_max = max(results["rows"], key=lambda r: r["cpu"])
+    out.append(f"\nThe slowest, `{slowest['name']}`: {slowest['wall']:.0f} s of wall time, {slowest['cpu']:.0f} s of "
+               f"CPU (the most CPU: `{cpu_max['name']}`, {cpu_max['cpu']:.0f} s). Over 60 s of CPU: "
+               f"{', '.join(over_cpu) or 'none'}. Over 60 s of wall time: " +
+               (f"{', '.join(over_wall)}; wall time here is what the cores' other work left (the load average, "
+                f"1 minute, as each preset began: the last column)." if over_wall else "none."))
+    if results.get("cost_note"):  # what the run's circumstances were, written by whoever ran it
+        out.append(results["cost_note"])
+    for c in results.get("line_checks", []):
+        lines, whole = c["lines"], c["whole"]
+        out.append(f"\nThe lines checked at `{c['name']}`'s size ({c['microbatches']} microbatches): every stage and "
+                   f"microbatch simulated, {whole['ticks']:,} ticks ({whole['ops']:,} ops, {whole['cpu']:.0f} s CPU); "
+                   f"read off the lines through {', '.join(f'{s}x{m}' for s, m in lines['runs'])}: "
+                   f"{lines['ticks']:,} ticks ({lines['ops']:,} ops, {lines['cpu']:.0f} s CPU): "
+                   f"{'the same step, and the same memory on the stages reported, to the tick and the byte' if c['same'] else 'NOT the same'}.")
     out.append(FOOTER)
     return "\n".join(out) + "\n"
 
 
-MODES = {"full": "full", "seqsel": "SP + selective", "none": "none (no SP)"}
+MODES = {"full": "full recomputation", "seqsel": "SP + selective", "none": "no recomputation, no SP"}
+SHORT = {"Korthikanti et al. 2022": "Korthikanti 2022, Table 5", "Narayanan et al. 2021": "Narayanan 2021, Table 1",
+         "Smith et al. 2022": "Smith 2022 (MT-NLG), section 2.4", "torchtitan eaea6f6": "torchtitan, performance.md"}
 
 HEADER = """# Predictions at scale against published runs
 
-`python -m grader predict` runs Megatron-LM's GPT training step (grader/predictor/) on the simulator with meta
-tensors, on a cluster of real GPUs (grader/predictor/devices.py, cluster.py). This file is written by
-`python bench/bench_scale.py` (at commit {commit}, torch {torch}, Python {python}, on two shared CPU cores). The runs
-were made at commit 1486ac5 (the fitted A100 and the H100) and 45df5a7 (Calculon's curves, the line's check); after
-merging main at 2de32f3 the 22B runs and the H100 run gave the same step to the tick and the same memory to the
-byte.
+`python -m grader predict` runs Megatron-LM's GPT training step and torchtitan's Llama step with FSDP
+(grader/predictor/) on the simulator with meta tensors, on clusters of real GPUs (grader/predictor/devices.py,
+cluster.py). This file is written by `{command}` (the runs at commit {commit}, torch {torch}, Python
+{python}, on two CPU cores shared with other work: begun {when} at a load average of {load}; every pass together
+took {minutes:.0f} minutes, wall time).
 
-Sources. Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
-(arXiv 2205.05198): Table 5 (iteration times), Table 3 (the configurations), Figure 1 (memory); DGX A100 80GB
-nodes, sequence length 2048, vocabulary 51200, fp16. The interleaving (3 chunks per rank for 175B and 530B) and
-microbatch sizes are Calculon's validation inputs (github.com/calculon-ai/calculon, validation/*.json).
-torchtitan's docs/performance.md, Table 1, for the H100 run. Device and network constants: NVIDIA's datasheets;
-efficiency curves, link efficiencies and latencies: Calculon's systems/a100_80g.json and h100_80g_nvl8.json
-(that project's assumptions, not measurements).
+## What is compared, and what is fitted
 
-One constant is fitted, as the issue allows, on one configuration: the share of Calculon's matrix (tensor-core)
-efficiency the A100s reach, 0.774, so that 22B with SP + selective takes its published 1.10 s
-(`python bench/bench_scale.py --fit`). The errors on the seven other runs are not fitted. The column "Calculon's
-curves as published" is the same prediction with nothing fitted. Tensor-parallel communication is not
-overlapped with compute (Calculon's "no_overlap"; config.py's overlap_communication=False).
+Every published run, its figure, its source and revision, and its set are in grader/predictor/published.py;
+its configuration, and where each setting comes from, in grader/predictor/presets.py. The split was committed
+(6c89db6) before any of issue 32's physics was chosen:
 
-How the runs are made cheap enough. One simulated rank per pipeline stage stands for its 8 tensor-parallel GPUs
-(they are symmetric): its tensor-parallel collectives are charged by the ring formula for 8 GPUs over NVLink
-(cluster.py), not run rank by rank. One data-parallel replica stands for all (here there is one). A pipeline of
-many microbatches is simulated with m1 and m2 of them (p and 2p for 1F1B, 2p and 3p for the interleaved
-schedule) and the step of m read off the line through the two (runner.predict_by_line): once the pipeline has
-filled, each further microbatch adds the same period on every stage. tests/test_scale.py holds the line to the
-full run tick for tick on small pipelines of both schedules, and the check below does at 175B.
+- **Fit set** (the rows the model's choices were made on): Korthikanti et al. 2022 (arXiv 2205.05198), Table 5:
+  GPT 22B-1T, iteration times on DGX A100s; torchtitan's Llama 3.1 8B with FSDP on 8 H100s
+  (docs/performance.md at eaea6f6, Table 1).
+- **Held-out set** (nothing chosen or fitted on it; read and reported): Narayanan et al. 2021 (arXiv
+  2104.04473), Table 1, the weak-scaling runs of GPT 1.7B-1T on 32-3072 A100s, run as Megatron-LM's own
+  examples/sc21/run_table_1.sh (6985e58) ran them; Megatron-Turing NLG 530B (Smith et al. 2022, arXiv
+  2201.11990, section 2.4, quoted by github.com/cli99/llm-analysis) on 280, 350 and 420 DGX A100 nodes;
+  torchtitan's Llama 3.1 8B with FSDP on 128 H100s (Table 3). Of these, Narayanan et al.'s 1.7B-145B rows had been
+  read once before, in the issue that asked for this split (it quotes their errors under the old model).
+
+**What is fitted: one constant per GPU, on the fit set alone** (grader/predictor/devices.py; `python
+bench/bench_scale.py --fit`): the share of Calculon's matrix efficiency the published runs' GPUs reached, set so
+that the fit set's mean signed error is zero: 0.930 for the A100 (Korthikanti et al.'s 8 runs), 0.8311 for the
+Grand Teton H100 (torchtitan's 8-GPU run; an effective 822 TFLOP/s where torchtitan's footnote puts its 500 W
+part's unknown peak between 835 and 989). Everything else is NVIDIA's datasheets and Calculon's system files at
+caa4b11 (github.com/calculon-ai/calculon, systems/a100_80g.json, h100_80g_nvl8.json; unchanged since 71f6435,
+2023-04-25): the efficiency curves, the processing mode (an op takes its arithmetic time plus its memory time),
+the links' efficiencies, latencies and per-op scalars, and the SMs a collective takes from the compute under it
+(processor_usage). The column "nothing fitted" is every run without the two constants. In the order it
+happened: the held-out set was first predicted with nothing fitted (Narayanan et al.'s rows 6-13% fast, MT-NLG's
+26-29%, torchtitan's 128-GPU row 12%); then the constants were fitted on the fit set, as the split intends; both
+are shown, and the fitted model is the default.
+
+The choices made on the fit set, and why:
+
+- Each run's software is what its code did (the presets cite the commit): tensor-parallel collectives overlapped
+  in a column-parallel product's backward for Korthikanti et al.'s runs (Megatron-LM 55ba1f7, 2022-05), not for
+  Narayanan et al.'s and MT-NLG's (the asynchronous all-reduce came in 2021-09, f3e57f6); fp16 gradients, and the
+  data-parallel all-reduce bucketed under the backward where the script asks for PyTorch's DDP (1.7B-18B) or
+  after the pipeline where it asks for Megatron's local DDP (39B-1T, MT-NLG); FSDP2's prefetch and asynchronous
+  reduce-scatter for torchtitan's.
+- Calculon's processing mode ("no_overlap": arithmetic plus memory time) is taken with its curves: the previous
+  predictor took the curves with the roofline's max, which is not what Calculon computes, and needed a fitted
+  0.774 of the matrix efficiency to meet Table 5 (unfitted it was 14% fast). The `--roofline` column below shows
+  what that choice changes.
+- The SMs a collective takes (Calculon's processor_usage): with Megatron's overlap modelled for free, Table 5 came
+  out 4-7% fast; charging the overlapped products for the SMs NCCL takes moved it 1-2% towards the published.
+- The H100's flash attention at FlashAttention-2's published 35% of peak (Shah et al. 2024, arXiv 2407.08608)
+  instead of the GEMM curve, and FSDP2's copy-out of each all-gather: with them torchtitan's 8-GPU run went from
+  15.0% to 9.6% fast, before the H100's constant was fitted.
+
+Calculon's own model, on the same 8 runs, is in its column (run here from caa4b11: 3.65% average, 8.87% largest,
+as it reports). The goal set by issue 32: every row within 10%, the held-out average within 5%.
 """
 
-H100_SECTION = """
-## H100: torchtitan's Llama 3.1 8B
+TORCHTITAN_SECTION = """
+## H100 and FSDP: torchtitan's Llama 3.1 8B
 
-FSDP over 8 H100s of one Grand Teton host, local batch 2 of 8,192 tokens, selective activation checkpointing
-(torchtitan's "op" policy), bfloat16 compute with float32 gradient reduction, no torch.compile, no Float8
-(grader/predictor/llama.py). Calculon's H100 curves, nothing fitted.
+FSDP over 8 H100s (one Grand Teton host) and over 128 (16 hosts, the FSDP domain across the 400 Gb/s network);
+local batch 2 of 8,192 tokens, selective activation checkpointing (torchtitan's "op" policy), bfloat16 compute
+with float32 gradient reduction, no torch.compile, no Float8 (grader/predictor/llama.py). Published as tokens
+per second per GPU (the step time above is the local batch over it) and the most memory of any GPU.
+"""
+
+MEMORY_SECTION = """
+## Activation memory against Korthikanti et al.'s formula (a check of the step, not a validation)
+
+What the first pipeline stage's layers keep after a forward, from the memory ledger, against the paper's formula
+(section 4; grader/predictor/formulas.py), in GiB per GPU. The paper's Figure 1 (and Calculon's validation.py,
+which transcribes it) gives the same formula evaluated (12.3515625 GiB: an exact binary fraction), so it is no
+measurement; no published figure here measures Korthikanti et al.'s activation memory. The ledger adds the
+norms' mean and 1/rms (16·s·b bytes a layer) that the formula leaves out.
+"""
+
+ROOFLINE_SECTION = """
+## What the processing mode changes: the roofline against Calculon's sum
+
+The same runs with each op charged the larger of its arithmetic and memory time (`--cluster a100-roofline`,
+the simulator's own rule) instead of their sum (Calculon's "no_overlap", the model's).
+"""
+
+COST_SECTION = """
+## What each preset costs to simulate
+
+`python -m grader predict --preset NAME`, as run above: a pipeline is simulated as a few short runs (stages x
+microbatches) and the step read off the lines through them (grader/predictor/lines.py), a pipeline of 8 stages
+or fewer along its own line in microbatches. Wall time on the shared cores; CPU time is the process's.
 """
 
 FOOTER = """
-## Where it errs most
-
-- On the A100 table the errors grow with the model: 22B and 175B at most 4% off, 530B +2% and +5%, 1T +6% and +7%,
-  every one past 175B an over-prediction, and full recomputation always further off than SP + selective. The
-  cause is not isolated (no run here measures it); the candidates, from what the model does: the efficiency
-  curves stop growing at 128 GFLOP a product, so 1T's products (hidden 25,600, four times 175B's FLOPs each) are
-  charged the same share of peak as 175B's, where larger GEMMs run nearer it; the tensor-parallel collectives are
-  never overlapped with compute, and full recomputation runs the forward's all-reduces twice; one fitted
-  constant, taken at 22B, carries 22B's product sizes to the others.
-- Nothing fitted (Calculon's curves as published), every A100 run is predicted too fast: 8% to 17% under,
-  14% on average, which misses the 10% target; the curves assume more of an A100 than these runs reached, by
-  about the same share on every model (the fitted 0.774 of the matrix efficiency takes it up).
-- The H100 run is the worst: torchtitan's Llama 3.1 8B is predicted about 23% faster than measured, with
-  Calculon's H100 curves and nothing fitted (fitting on it would leave no H100 run to test on). What the step
-  leaves out weighs most there: FSDP2 in eager mode (no torch.compile) pays Python and launch overhead on every
-  layer's all-gather and reduce-scatter; the Grand Teton H100s run at a 500 W limit with HBM2e at 2.4 TB/s, whose
-  sustained clocks no datasheet number gives; and the A100's fitted share of Calculon's curve is not applied to
-  the H100. Its memory is within 8% (the allocator's reserve and fragmentation are not modelled).
-
 ## What the prediction leaves out
 
-- Kernels are charged by a roofline at a step function of their size (the efficiency curves); a real GEMM's speed
-  depends on its shape and tiling, the cuBLAS version and the clock the GPU holds under its power limit. The one
-  fitted constant absorbs the average of that on the A100 runs.
-- Communication: ring collectives over the slowest link a group crosses, at a fixed efficiency; no hierarchical
-  all-reduce, no contention between groups on shared links, no NCCL protocol or channel choices. Tensor-parallel
-  collectives are not overlapped with compute (the A100 runs are predicted best that way; Megatron issues the
-  backward's asynchronously).
-- Fused kernels (bias + dropout + residual, bias + GELU) run as the separate aten ops of the reference, each
-  charged its own memory traffic; a fused optimizer's in-place writes are not charged (the clock counts an op's
-  outputs, and `_fused_adam_` returns none).
-- The host: no Python or launch overhead, no data loading, no garbage collection, no stragglers, no failures.
-- Activations are the ledger's bytes after each forward (what autograd keeps, plus the embedding's and the
-  loss's tensors the paper's formulas leave out), and the peak adds whatever the op running then allocates; the
-  allocator's fragmentation and the CUDA context are not modelled.
+- Kernels are charged by Calculon's efficiency curves, a step function of their size; a real GEMM's speed
+  depends on its shape and tiling, the cuBLAS version and the clock the GPU holds under its power limit.
+- Fused kernels (bias + dropout + residual, bias + GELU, scale-mask-softmax) run as the separate aten ops of the
+  reference, each charged its own memory traffic; a fused optimizer's in-place writes are not charged (the clock
+  counts an op's outputs, and `_fused_adam_` returns none).
+- Communication: Calculon's per-op formulas over the slowest link a group crosses; no hierarchical algorithms,
+  no contention between groups on shared links, no NCCL protocol or channel choices. The data-parallel
+  all-reduce runs beside the simulated replica (its own link and communicator) and is charged no SMs.
+- The host: no Python or launch overhead (torchtitan's runs are eager: FSDP2's hooks and every kernel launch
+  are on the host), no data loading, no garbage collection, no stragglers, no failures.
+- Activations are the ledger's bytes after each forward, and the peak adds whatever the op running then
+  allocates; the allocator's fragmentation and reserve and the CUDA context are not modelled.
 """
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=list(MEGATRON), help="these models only")
-    parser.add_argument("--fit", action="store_true", help="find the fitted constant again and stop")
-    parser.add_argument("--no-calculon", action="store_true", help="skip the runs with Calculon's curves")
-    parser.add_argument("--calculon-only", action="store_true", help="only the runs with Calculon's curves")
-    parser.add_argument("--no-h100", action="store_true", help="skip torchtitan's Llama 3.1 8B")
-    parser.add_argument("--merge", action="store_true", help="keep the results of runs not repeated now")
+    parser.add_argument("--only", nargs="+", choices=sorted(presets()), help="these presets only")
     parser.add_argument("--report", action="store_true", help="write SCALE.md from scale_results.json, run nothing")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit each GPU's one constant on the fit set (devices.py), print it, run nothing else")
+    parser.add_argument("--roofline", action="store_true", help="also the A100 runs with the roofline cluster")
+    parser.add_argument("--unfitted", action="store_true", help="also every run without the fitted constants")
     parser.add_argument("--check-line", action="store_true",
-                        help="simulate 175B (SP + selective) with all its microbatches against the line")
+                        help="175B (SP + selective) and 530B (SP + selective, 70 microbatches) simulated whole")
     args = parser.parse_args()
+    saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
     if args.fit:
-        print(f"fitted: {float(fit()):.4f}")
+        fit_set = [r.name for r in runs() if r.split == FIT]
+        a100 = fit("a100-unfitted", [n for n in fit_set if presets()[n].cluster == "a100"])
+        h100 = fit("h100-grand-teton-unfitted", [n for n in fit_set if presets()[n].cluster == "h100-grand-teton"])
+        print(f"fitted: A100 {float(a100):.4f}, H100 (Grand Teton) {float(h100):.4f}")
         return 0
     if args.report:
-        saved = json.loads(RESULTS.read_text())
-        OUT.write_text(markdown(saved["rows"], saved.get("h100", []), saved.get("line_check")))
+        OUT.write_text(markdown(saved))
         print(f"wrote {OUT}", file=sys.stderr)
         return 0
-    done, line_check, h100 = {}, None, []
-    if args.merge and RESULTS.exists():  # read once, before the runs below rewrite the file
-        saved = json.loads(RESULTS.read_text())
-        done = {(r["model"], r["mode"], r["cluster"]): r for r in saved["rows"]}
-        line_check, h100 = saved.get("line_check"), saved.get("h100", [])
-    if args.check_line:
-        line_check = check_line()
+    names = args.only or [n for n in presets() if n in {r.name for r in runs()} or n.startswith("megatron-")]
+    done = {r["name"]: r for r in saved["rows"]}
+    started = time.time()
+    if not args.only:
+        saved["when"] = time.strftime("%Y-%m-%d %H:%M")
+        saved["commit"] = commit()  # the code the runs were made with, whatever HEAD is when SCALE.md is written
+        saved["command"] = " ".join(["python bench/bench_scale.py", *sys.argv[1:]])
+        saved["load"] = f"{os.getloadavg()[0]:.1f}"
 
     def save():
-        RESULTS.write_text(json.dumps({"rows": list(done.values()), "h100": h100, "line_check": line_check},
-                                      indent=1))
-    rows = []
-    for name in args.only or list(MEGATRON):
-        for mode in ("seqsel", "full", "none"):
-            clusters = (([] if args.calculon_only else ["a100"])
-                        + ([] if args.no_calculon or mode == "none" else ["a100-calculon"]))
-            for cluster in clusters:
-                start = time.time()
-                r = run_megatron(name, mode, cluster)
-                done[(name, mode, cluster)] = r
-                print(f"{name} {mode} {cluster}: {r['step_seconds']:.3f} s (published {r['published_seconds']}), "
-                      f"activations {r['activations'] / GIB:.2f} GiB (formula {r['formula'] / GIB:.2f}), "
-                      f"{r['ops']:,} ops in {time.time() - start:.0f} s", file=sys.stderr, flush=True)
+        saved["rows"] = [done[n] for n in presets() if n in done]
+        RESULTS.write_text(json.dumps(saved, indent=1))
+
+    for name in names:
+        row = run_preset(name)
+        done[name] = row
+        print(f"{name}: {row['step_seconds']:.3f} s, {row['ops']:,} ops in {row['wall']:.0f} s "
+              f"({row['cpu']:.0f} s CPU)", file=sys.stderr, flush=True)
+        save()
+    if args.unfitted:
+        raw = saved.setdefault("unfitted", {})
+        for run in runs():
+            cfg = presets().get(run.name)
+            if cfg is not None and (not args.only or run.name in args.only):
+                raw[run.name] = run_preset(run.name, cluster=f"{cfg.cluster}-unfitted")["step_seconds"]
+                print(f"{run.name} nothing fitted: {raw[run.name]:.3f} s", file=sys.stderr, flush=True)
                 save()
-    if not args.no_h100:
-        h100 = [run_torchtitan()]
-    order = {name: i for i, name in enumerate(MEGATRON)}
-    rows = sorted(done.values(), key=lambda r: (order[r["model"]], ["seqsel", "full", "none"].index(r["mode"]),
-                                                 r["cluster"]))
-    RESULTS.write_text(json.dumps({"rows": rows, "h100": h100, "line_check": line_check}, indent=1))
-    OUT.write_text(markdown(rows, h100, line_check))
+    if args.roofline:
+        roof = saved.setdefault("roofline", {})
+        for run in runs():
+            cfg = presets().get(run.name)
+            if cfg is not None and cfg.cluster == "a100" and (not args.only or run.name in args.only):
+                roof[run.name] = run_preset(run.name, cluster="a100-roofline")["step_seconds"]
+                print(f"{run.name} roofline: {roof[run.name]:.3f} s", file=sys.stderr, flush=True)
+                save()
+    if args.check_line:
+        saved["line_checks"] = [check_line("megatron-175b-seqsel"), check_line("megatron-530b-seqsel", 70)]
+    if not args.only:
+        saved["minutes"] = (time.time() - started) / 60
+    save()
+    OUT.write_text(markdown(saved))
     print(f"wrote {OUT}", file=sys.stderr)
     return 0
 

@@ -61,10 +61,11 @@ def test_a_long_pipeline_is_read_off_the_line_unless_every_microbatch_is_asked_f
     code, out, err = run_cli(capsys, *many, "--every-microbatch")
     assert code == 0, err
     every = json.loads(out)
-    assert (line["line_through"], every["line_through"]) == ([2, 4], [])
+    assert (line["line_through"], every["line_through"]) == ([[2, 2], [2, 4]], [])
     assert line["step_seconds"] == every["step_seconds"] and line["memory"] == every["memory"]
     code, out, err = run_cli(capsys, *many[:-1])
-    assert "runs of 2 and 4 microbatches: the step of 8 is read off the line" in out
+    assert "runs of 2 stages x 2, 2 stages x 4 microbatches: the step of 8 is read off the line" in out
+    assert "run 1 of 2: 2 stages, 2 microbatches" in err  # the progress of each simulated run
 
 
 def test_an_impossible_configuration_is_a_usage_error(capsys):
@@ -80,6 +81,24 @@ def test_a_preset_changed_by_options():
     cfg = config_from_args(args)
     assert cfg.parallel.global_batch == 16 and not cfg.parallel.sequence_parallel
     assert cfg.model == megatron("175B", "seqsel").model and cfg.recompute == "selective"
+    # the physics flags: what overlaps, the gradients' dtype, dropout
+    args = cli.parser().parse_args(["predict", "--preset", "megatron-175b-seqsel", "--no-tp-overlap",
+                                    "--no-dp-overlap", "--grad-dtype", "half", "--dropout", "0",
+                                    "--no-fsdp-overlap"])
+    cfg = config_from_args(args)
+    assert (cfg.tp_overlap, cfg.dp_overlap, cfg.grad_dtype, cfg.dropout, cfg.fsdp_overlap) == (
+        False, False, "half", 0.0, False)
+    assert config_from_args(cli.parser().parse_args(["predict", "--preset", "narayanan-1.7b"])).dp_overlap
+
+
+def test_help_shows_the_flags_and_what_a_prediction_costs(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["predict", "--help"]) if hasattr(cli, "main") else cli.parser().parse_args(["predict", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for flag in ("--tp-overlap", "--no-tp-overlap", "--dp-overlap", "--no-dp-overlap", "--grad-dtype",
+                 "--fsdp-overlap", "--no-fsdp-overlap", "--dropout"):
+        assert flag in out
+    assert "What a prediction costs to compute" in out and "bench/SCALE.md measures each preset" in out
 
 
 def test_coarse_events_keep_the_gaps_a_chart_can_show():
@@ -225,3 +244,77 @@ def test_the_notebooks_at_scale_section_runs_the_learners_answers_or_says_whose_
     assert "your puzzle 11's" in runs[0][1].answer_notes[0] and "your puzzle 14's" in runs[1][1].answer_notes[0]
     # no recomputation at GPT-3's size: the first stage's memory is over the A100's 80 GB
     assert runs[0][1].memory[0]["peak"] > 80 * 2**30 > runs[1][1].memory[0]["peak"]
+
+
+def test_a_llama_report_names_no_gpt_formula_and_its_published_run_is_named(capsys):
+    """The Llama step's report prints no Korthikanti et al. formula (it counts Megatron's GPT layer); a preset run
+    unchanged names its published figure and source."""
+    code, out, err = run_cli(capsys, "--preset", "torchtitan-llama3-8b", "--layers", "2")
+    assert code == 0, err
+    assert "Korthikanti" not in out and "FSDP over all 8" in out and "tokens/s per GPU" in out
+    assert "published" not in out.split("MFU")[0]  # a changed preset is no published run
+    code, out, err = run_cli(capsys, "--preset", "megatron-22b-seqsel")
+    assert code == 0, err
+    assert "Korthikanti et al. 2022 (arXiv 2205.05198v1), Table 5" in out
+    assert "Figure 1, the same formula evaluated" in out
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Terminal(__import__("io").StringIO):
+    def isatty(self):
+        return True
+
+
+def test_at_a_terminal_predict_shows_what_it_simulates_the_work_done_and_the_time_left():
+    """predict's progress callback (runner.py: run, runs, what, done, total) drawn by progress.py, as batch and
+    mutate draw theirs: the run lines stay, the progress line under them is redrawn and erased at the end."""
+    from grader.frontends.predict import RunProgress
+    from grader.frontends.progress import ERASE
+
+    out, clock = _Terminal(), _Clock()
+    with RunProgress("GPT 175B on 64 GPUs", stream=out, enabled=True, clock=clock) as progress:
+        progress(1, 2, "8 stages, 16 microbatches", 0, 320)
+        clock.now += 30
+        progress(2, 2, "8 stages, 24 microbatches", 128, 320)
+        assert progress.bar.line().startswith(
+            "GPT 175B on 64 GPUs  128/320 stage-microbatches simulated  [")
+        assert progress.bar.line().endswith("40%  0:30 so far, about 0:45 left")
+    drawn = out.getvalue()
+    assert "  run 1 of 2: 8 stages, 16 microbatches\n" in drawn and "  run 2 of 2: 8 stages, 24 microbatches\n" in drawn
+    assert drawn.endswith("\r" + ERASE)  # the line erased: the run lines and the report are what stays
+
+
+def test_off_a_terminal_or_with_json_predict_writes_the_run_lines_alone(capsys):
+    """capsys's streams are no terminals: the run lines as before, no carriage return, no bar; --json draws no
+    bar even at a terminal (enabled=False)."""
+    from grader.frontends.predict import RunProgress
+
+    many = [*SMALL[:-2], "--global-batch", "8"]
+    for extra in ((), ("--json",)):
+        code, out, err = run_cli(capsys, *many, *extra)
+        assert code == 0, err
+        assert "run 1 of 2: 2 stages, 2 microbatches" in err and "\r" not in err and "[" not in err
+    out = _Terminal()
+    with RunProgress("x", stream=out, enabled=False) as progress:
+        progress(1, 1, "1 microbatch", 0, 1)
+    assert out.getvalue() == "  run 1 of 1: 1 microbatch\n"
+
+
+def test_the_notebooks_prediction_cell_says_how_long_it_takes_before_it_runs(capsys, monkeypatch):
+    """Issue 30: the cell takes seconds, or says before it runs how long it takes (its markdown and its first
+    line): 17 s of one CPU core when it was set (run_at_scale on solutions/, at a load average of 8.6)."""
+    from grader.frontends import at_scale as module
+    from grader.frontends.notebooks.file import AT_SCALE_TEXT
+
+    assert "The cell takes about 20 seconds" in " ".join(AT_SCALE_TEXT.split())
+    monkeypatch.setattr(module, "run_at_scale", lambda namespace, folder: [])
+    module.at_scale({}, plots=False)
+    assert capsys.readouterr().out.startswith("Simulating GPT-3 175B's step twice on meta tensors (3-D, then "
+                                              "sequence parallelism): about 20 seconds ...")

@@ -20,5 +20,5 @@
     at_scale.py       the notebook's section at scale: the learner's p11 and p14 operators in GPT-3 175B's step
     plots/            memory timelines and schedules (matplotlib, no pyplot)
     timeline.py       a run's timeline as Chrome trace-event JSON (--trace) and as a text grid (--schedule)
-    progress.py       the progress line with the time left that batch and mutate draw at a terminal
+    progress.py       the progress line with the time left that batch, mutate and predict draw at a terminal
 """

@@ -23,17 +23,35 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..predictor.config import RECOMPUTE, Config, Model, Parallel
+from typing import TYPE_CHECKING
+
+from ..predictor.cluster import CLUSTERS
+from ..predictor.config import GRAD_DTYPES, RECOMPUTE, Config, Model, Parallel
 from ..predictor.presets import presets
-from ..predictor.report import as_result, report, to_dict
-from ..predictor.runner import Prediction, predict, predict_by_line
+
+if TYPE_CHECKING:  # the simulation and the report (runner, lines, report) are imported when a prediction runs:
+    # they bring torch._dynamo (fast_meta.py), seconds of start-up that `python -m grader --help` and every
+    # batch child would otherwise pay
+    from ..predictor.runner import Prediction
+
+
+COST = ("What a prediction costs to compute (bench/SCALE.md measures each preset): a pipeline is simulated as a few "
+        "short runs whose step the real one is read off (grader/predictor/lines.py), so every preset takes under a "
+        "minute of one CPU core: GPT-3 175B's the most, about 40 s (8 stages of 12 layers, read off its own line "
+        "in microbatches); the other pipelines 3-25 s (read off runs of 4 to 9 stages, or their own line); a "
+        "single stage a second or two. A run without pipeline parallelism simulates every microbatch; --every-microbatch and "
+        "--simulate-tensor-ranks all simulate the whole step (minutes to hours at the presets' sizes).")
 
 
 def add_predict_parser(sub, command) -> None:
     p = command(sub, "predict", "predict a training step at a published size (Megatron-LM's GPT, or your "
                                 "answers' pieces in it) on a cluster of real GPUs: step time, MFU, memory per GPU, "
                                 "the bubble, time by op class; the simulator runs it on meta tensors")
-    p.add_argument("--preset", choices=sorted(presets()), help="a published run (bench/SCALE.md); the options below "
+    p.description = ("Predict one training step at a published size: Megatron-LM's GPT (tensor, sequence, pipeline "
+                     "and data parallelism) or torchtitan's Llama with FSDP, simulated on meta tensors with the "
+                     "costs of real GPUs and their network. " + COST)
+    p.add_argument("--preset", choices=sorted(presets()), help="a published run (bench/SCALE.md, "
+                                                               "grader/predictor/published.py); the options below "
                                                                "change it")
     model = p.add_argument_group("model")
     for name, what in (("layers", "transformer layers"), ("hidden", "hidden size h"), ("heads", "attention heads"),
@@ -50,17 +68,42 @@ def add_predict_parser(sub, command) -> None:
     par.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false", default=None,
                      help="sequence parallelism off")
     p.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
-    p.add_argument("--cluster", choices=("a100", "a100-calculon", "h100", "h100-grand-teton"), help="the GPUs and their network "
-                                                                                   "(default a100: DGX A100)")
+    physics = p.add_argument_group("what overlaps, and what the step keeps (defaults: what a user of today's "
+                                   "Megatron-LM, PyTorch DDP and FSDP2 gets; the presets set what their runs used)")
+    physics.add_argument("--tp-overlap", dest="tp_overlap", action="store_true", default=None,
+                         help="a column-parallel product's backward collectives run under its products, as "
+                              "Megatron-LM issues them since 2021-09 (default)")
+    physics.add_argument("--no-tp-overlap", dest="tp_overlap", action="store_false", default=None,
+                         help="each tensor-parallel collective waited for where issued (Megatron-LM before 2021-09)")
+    physics.add_argument("--dp-overlap", dest="dp_overlap", action="store_true", default=None,
+                         help="the data-parallel all-reduce in 25 MB buckets under the last backward, as PyTorch's "
+                              "DDP runs it (default)")
+    physics.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false", default=None,
+                         help="one all-reduce of every gradient after the pipeline has drained (Megatron-LM's "
+                              "local DDP)")
+    physics.add_argument("--grad-dtype", choices=GRAD_DTYPES,
+                         help="the gradients kept and all-reduced: float32 (Megatron-LM's main_grad, default) or "
+                              "half (the weights' dtype, as Megatron-LM of 2021 kept them)")
+    physics.add_argument("--fsdp-overlap", dest="fsdp_overlap", action="store_true", default=None,
+                         help="FSDP: the next all-gather prefetched and each reduce-scatter left under the next "
+                              "backward, as FSDP2 runs them (default)")
+    physics.add_argument("--no-fsdp-overlap", dest="fsdp_overlap", action="store_false", default=None,
+                         help="FSDP: each all-gather and reduce-scatter waited for where issued")
+    physics.add_argument("--dropout", type=float, metavar="P",
+                         help="dropout probability (default 0.1 for the GPT, Megatron-LM's; 0 for the Llama): 0 "
+                              "runs no dropout kernels and keeps no masks")
+    p.add_argument("--cluster", choices=sorted(CLUSTERS),
+                   help="the GPUs and their network (default a100: DGX A100; a100-roofline charges each op the "
+                        "larger of its arithmetic and memory time instead of their sum)")
     p.add_argument("--simulate-tensor-ranks", choices=("one", "all"),
                    help="one (default): one rank per stage stands for its tensor-parallel group; all: every GPU "
                         "of a replica is a simulated rank (t times the work)")
     p.add_argument("--answer", metavar="FOLDER", help="a folder of your puzzle files (puzzles/): your p11's f and "
                                                        "g, your p14's sequence-parallel pair, where they can run")
     p.add_argument("--every-microbatch", dest="every_microbatch", action="store_true",
-                   help="simulate all m microbatches; by default a pipeline of many simulates m1 and m2 (p and 2p, "
-                        "or 2p and 3p interleaved) and reads the step off the line through them: the same "
-                        "figures, tick for tick (tests/test_scale.py), in a fraction of the time")
+                   help="simulate every stage and all m microbatches; by default a pipeline is simulated as a few "
+                        "shorter runs (fewer stages, fewer microbatches) and the step read off the lines through "
+                        "them: the same figures, tick for tick (tests/test_scale.py), in a fraction of the time")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.add_argument("--trace", metavar="FILE.json", help="write the step's timeline as Chrome trace-event JSON")
     p.add_argument("--plots", metavar="DIR", help="write the memory and schedule plots here (PNG)")
@@ -68,6 +111,8 @@ def add_predict_parser(sub, command) -> None:
 
 
 MODEL_FLAGS = ("layers", "hidden", "heads", "seq", "vocab", "ffn")
+OWN_FLAGS = ("recompute", "cluster", "simulate_tensor_ranks", "tp_overlap", "dp_overlap", "grad_dtype",
+             "fsdp_overlap", "dropout")
 PARALLEL_FLAGS = {"tensor": "tensor", "pipeline": "pipeline", "data": "data", "virtual": "virtual",
                   "microbatch": "microbatch", "global_batch": "global_batch"}
 
@@ -90,8 +135,7 @@ def config_from_args(args) -> Config:
     if getattr(args, "sequence_parallel", None) is not None:
         par["sequence_parallel"] = args.sequence_parallel
     parallel = replace(base.parallel, **par)
-    own = {k: getattr(args, k) for k in ("recompute", "cluster", "simulate_tensor_ranks")
-           if getattr(args, k, None) is not None}
+    own = {k: getattr(args, k) for k in OWN_FLAGS if getattr(args, k, None) is not None}
     return replace(base, model=model, parallel=parallel, **own)
 
 
@@ -110,13 +154,22 @@ def cmd_predict(args) -> int:
         from ..predictor.answers import learner_ops
 
         ops, notes = learner_ops(cfg, folder=folder)
-    print(f"simulating {cfg.simulated_ranks} rank(s) on meta tensors ...", file=sys.stderr)
-    prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes)
+    print(f"simulating the step on meta tensors ({cfg.simulated_ranks} rank(s) at its full size; a pipeline as "
+          f"the shorter runs listed) ...", file=sys.stderr)
+    from ..predictor.lines import predict_by_line
+    from ..predictor.report import report, to_dict
+    from ..predictor.runner import predict
+
+    what = f"{cfg.model.name} on {cfg.parallel.gpus:,} GPUs"
+    with RunProgress(what, enabled=False if args.json else None) as progress:
+        prediction = (predict if args.every_microbatch else predict_by_line)(cfg, ops=ops, answer_notes=notes,
+                                                                               progress=progress)
     if args.json:
         print(json.dumps(to_dict(prediction, notes), indent=1))
     else:
         print(report(prediction, notes))
     if args.trace:
+        from ..predictor.report import as_result
         from .timeline import chrome_trace
 
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +181,36 @@ def cmd_predict(args) -> int:
     return 0
 
 
+class RunProgress:
+    """The predictor's progress callback (runner.py's docstring): a line on stderr as each simulated run starts,
+    and, for a person at a terminal, a progress line under them (progress.py) with what is being simulated, the
+    work done in stages x microbatches (what a run's ops grow with), a bar and the time left; erased when the
+    prediction is done. Off a terminal, or with --json, the run lines alone."""
+
+    def __init__(self, what: str, stream=None, enabled: bool | None = None, clock=None):
+        from .progress import Progress
+
+        extra = {"clock": clock} if clock is not None else {}
+        self.bar = Progress(0, "stage-microbatches simulated", stream if stream is not None else sys.stderr,
+                            label=what, enabled=enabled, **extra)
+
+    def __call__(self, run: int, runs: int, what: str, done: int = 0, total: int = 0) -> None:
+        if run == 1:  # a new set of runs (a pipeline off its lines in stages starts again in microbatches)
+            self.bar.restart(total)
+        self.bar.write(f"  run {run} of {runs}: {what}", advance=max(0, done - self.bar.done))
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def write_plots(p: Prediction, directory) -> list[Path]:
+    from ..predictor.report import as_result
     from . import plots
 
     out = Path(directory)

@@ -1,5 +1,5 @@
 """A progress line for a person watching a long run at a terminal: batch over a class, mutate over its mutants
-(predict's runs later).
+and predict over its simulated runs.
 
     with Progress(total=40, unit="submissions", stream=sys.stderr) as bar:
         ...

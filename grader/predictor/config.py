@@ -4,6 +4,9 @@
     Parallel   tensor (t), pipeline (p), data (D), virtual stages per pipeline rank (v, the interleaved
                schedule), microbatch size, global batch; sequence parallelism on or off
     recompute  "none", "selective" (the attention's core, Korthikanti et al. 2022) or "full" (every layer)
+    overlap    which communication runs under compute: the tensor-parallel collectives of a column-parallel
+               product's backward (Megatron-LM's), the data-parallel gradient reduction (bucketed, under the last
+               backward: PyTorch's DDP), FSDP's all-gathers (prefetched) and reduce-scatters (asynchronous)
 
 The number of microbatches each pipeline runs is m = global batch / (microbatch · D).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 RECOMPUTE = ("none", "selective", "full")
+GRAD_DTYPES = ("float32", "half")
 
 
 @dataclass(frozen=True)
@@ -74,18 +78,29 @@ class Config:
     parallel: Parallel
     recompute: str = "none"
     cluster: str = "a100"  # a key of cluster.CLUSTERS
-    dtype: str = "float16"  # the weights' and activations' dtype; gradients and the optimizer are float32
-    dropout: float = 0.1
+    dtype: str = "float16"  # the weights' and activations' dtype; the optimizer's states are float32
+    dropout: float = 0.1  # Megatron-LM's default (attention and hidden dropout); 0: no dropout kernels or masks
     simulate_tensor_ranks: str = "one"  # "one": one rank stands for its tensor-parallel group; "all"
-    # Megatron-LM issues the backward's tensor-parallel collectives asynchronously, under the weight gradient's
-    # GEMM; on an A100 the two then share the SMs and the memory bandwidth, and Calculon, whose validation this
-    # follows, models no overlap at all (processing_mode "no_overlap" in its system files). True: the simulator
-    # overlaps them for free.
-    overlap_communication: bool = False
-    # How the D replicas share the work: "ddp", Megatron-LM's all-reduce of the gradients after the pipeline
-    # drains (by its formula, not simulated); "fsdp", every weight sharded over the D ranks (torchtitan's FSDP,
-    # simulated: one rank stands for the D of them).
+    # Megatron-LM (since 2021-09, f3e57f6; with sequence parallelism since its first version) issues a
+    # column-parallel product's backward collectives asynchronously: the all-gather of the input under the input
+    # gradient's product, the all-reduce (SP: reduce-scatter) of the input gradient under the weight gradient's.
+    # False: each waited for where it is issued (Megatron-LM of early 2021).
+    tp_overlap: bool = True
+    # How the D replicas share the work: "ddp", every replica holds the whole model and their gradients are
+    # all-reduced (by formula over the simulated replica's timeline, runner.py); "fsdp", every weight sharded over
+    # the D ranks (torchtitan's FSDP, simulated: one rank stands for the D of them).
     data_parallel: str = "ddp"
+    # DDP: the gradients all-reduced in buckets as the last microbatch's backward makes them (PyTorch's DDP,
+    # Megatron-LM's --overlap-grad-reduce); False: all at once after the pipeline has drained (Megatron-LM's
+    # local DDP of 2021-2022)
+    dp_overlap: bool = True
+    # the gradients' dtype, kept and all-reduced: "float32" (Megatron-LM's main_grad, accumulated by the
+    # weight gradient's fused product); "half" (the weights' dtype: autograd's gradients, accumulated by an
+    # addition after each product, as Megatron-LM of 2021 kept them)
+    grad_dtype: str = "float32"
+    # FSDP: the next unit's all-gather issued before this one's compute (prefetch) and each reduce-scatter left
+    # running under the next unit's backward; False: each gathered when needed and reduced before going on
+    fsdp_overlap: bool = True
 
     def __post_init__(self):
         m, par = self.model, self.parallel
@@ -113,6 +128,10 @@ class Config:
             problems.append("the Llama step is FSDP alone: tensor, pipeline and virtual stages of 1")
         if self.simulate_tensor_ranks not in ("one", "all"):
             problems.append("simulate_tensor_ranks is 'one' or 'all'")
+        if self.grad_dtype not in GRAD_DTYPES:
+            problems.append(f"grad_dtype is one of {GRAD_DTYPES}, not {self.grad_dtype!r}")
+        if not 0 <= self.dropout < 1:
+            problems.append(f"dropout is a probability in [0, 1), not {self.dropout}")
         if problems:
             raise ValueError("this configuration cannot run: " + "; ".join(problems))
 

@@ -11,12 +11,17 @@ dropout masks 1 byte.
         + sequence parallel                      s·b·h/t·(34 + 5·a·s/h)
         + selective recomputation                s·b·h/t·34               (without SP: s·b·h·(10 + 24/t))
         full recomputation                       2·s·b·h                  (the layer's input; under SP /t)
+      without dropout (the paper counts it): no 1-byte masks (2·s·b·h for the two after the products, a·s²·b
+      in the attention) and no dropout output in the attention (2·a·s²·b): 34 -> 32 (10 -> 8) and
+      5·a·s/h -> 2·a·s/h, the softmax's output kept once for its backward and the product with v
     the first pipeline stage holds the most: L/p layers for each of the p microbatches 1F1B keeps in flight, L
     layers in all; interleaved, L·(1 + (p-1)/(p·v)) (Korthikanti et al., section 4.2.3)
     weights and optimizer state: 18 bytes per weight (half-precision weights 2, float32 gradients 4, float32
         master weights and Adam's two moments 12), 12·h²·L/(t·p) weights per GPU (the layers' products)
     model FLOPs of one step: 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)), B the global batch (Narayanan et al.,
         appendix); MFU = those FLOPs / (step time · peak · GPUs)
+    the FLOPs Narayanan et al.'s Table 1 counts a step, recomputation's forward included (their equation 3):
+        96·B·s·L·h²·(1 + s/(6h) + V/(16·h·L))
     bubble: (p - 1)/(v·m + p - 1) of the step (Narayanan et al., section 2.2)
 """
 
@@ -35,10 +40,11 @@ def activation_bytes_per_layer(cfg: Config) -> Fraction:
     sbh = Fraction(s * b * h)
     if cfg.recompute == "full":
         return 2 * sbh / (t if par.sequence_parallel else 1)
-    attention = 0 if cfg.recompute == "selective" else Fraction(5 * a * s, h)
+    masks = 2 if cfg.dropout > 0 else 0  # the two 1-byte dropout masks after the products
+    attention = 0 if cfg.recompute == "selective" else Fraction((5 if cfg.dropout > 0 else 2) * a * s, h)
     if par.sequence_parallel:
-        return sbh / t * (34 + attention)
-    return sbh * (10 + Fraction(24, t) + attention / t)
+        return sbh / t * (32 + masks + attention)
+    return sbh * (8 + masks + Fraction(24, t) + attention / t)
 
 
 def layers_in_flight(cfg: Config, stage: int = 0) -> int:
@@ -65,6 +71,14 @@ def model_flops(cfg: Config) -> int:
     m, par = cfg.model, cfg.parallel
     s, h, L = m.seq, m.hidden, m.layers
     return int(72 * par.global_batch * s * L * h * h * (1 + Fraction(s, 6 * h) + Fraction(m.vocab, 12 * h * L)))
+
+
+def narayanan_flops(cfg: Config) -> int:
+    """96·B·s·L·h²·(1 + s/(6h) + V/(16·h·L)): Narayanan et al.'s equation 3, the FLOPs their Table 1's
+    throughput counts (with full recomputation's second forward)."""
+    m, par = cfg.model, cfg.parallel
+    s, h, L = m.seq, m.hidden, m.layers
+    return int(96 * par.global_batch * s * L * h * h * (1 + Fraction(s, 6 * h) + Fraction(m.vocab, 16 * h * L)))
 
 
 def bubble(cfg: Config) -> Fraction:

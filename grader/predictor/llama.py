@@ -10,10 +10,13 @@ vocabulary 128256): per block, on [b, s, h] in bfloat16,
 
 FSDP (torchtitan's fully_shard per block, and the root: embeddings, final norm, output): each rank keeps 1/N of
 every unit's weights in float32, with their gradients and AdamW's two moments (16 bytes a weight, / N); a unit's
-weights are all-gathered in bfloat16 just before its forward (the next unit's all-gather issued first, so it runs
-under this one's compute), freed after it, gathered again for its backward; its gradients, made in bfloat16, are
-reduce-scattered in float32. The last block keeps its weights between forward and backward (torchtitan's
-reshard_after_forward is False for it).
+weights are all-gathered in bfloat16 before its forward, freed after it, gathered again for its backward; its
+gradients, made in bfloat16, are reduce-scattered in float32. The last block keeps its weights between forward
+and backward (torchtitan's reshard_after_forward is False for it). With fsdp_overlap (config.py, FSDP2's
+behaviour): the next unit's all-gather is issued before this one's compute, so it runs under it (prefetch), and
+each reduce-scatter is left running under the next unit's backward, waited for before the next one is issued
+(FSDP2 keeps one in flight); without: each gathered when needed and each reduced before going on. One
+communication queue carries both, as one NCCL communicator does.
 
 Selective activation checkpointing, torchtitan's "op" policy: in each block, autograd keeps the block's input, the
 outputs of the odd-numbered matrix products (q, v, w1, w2: every other one) and the attention's output; backward
@@ -178,7 +181,9 @@ def make_unit(shapes: dict, n: int, device) -> Unit:
 
 
 class Gathered:
-    """A unit's weights all-gathered in bfloat16: issued now (asynchronously), waited for when used."""
+    """A unit's weights all-gathered in bfloat16: issued now (asynchronously), waited for when used, then copied
+    out of the all-gather's buffer into the unit's parameters (FSDP2's foreach_all_gather_copy_out, one
+    split_with_sizes_copy over the whole buffer; the buffer is freed after it)."""
 
     def __init__(self, unit: Unit, group: TensorParallel):
         self.unit = unit
@@ -188,6 +193,7 @@ class Gathered:
         if self.handle is not None:
             self.handle.wait()
             self.handle = None
+            self.flat = self.flat.clone()  # the copy-out
         flat = self.flat.detach().requires_grad_(requires_grad)
         self.leaf, out, at = flat, {}, 0
         for name, shape in self.unit.shapes.items():
@@ -197,14 +203,33 @@ class Gathered:
         return out
 
 
-def reduce_gradients(gathered: Gathered, group: TensorParallel) -> None:
-    """The unit's bfloat16 gradient, in float32, reduce-scattered into its gradient shard."""
-    full = gathered.leaf.grad.to(F32)
-    gathered.leaf.grad = None
-    shard, handle = group.reduce_scatter(full)
-    if handle is not None:
-        handle.wait()
-    gathered.unit.grad.add_(shard)
+class Reducing:
+    """A unit's reduce-scatter in flight: the float32 gradient it reads, its shard, its handle."""
+
+    def __init__(self, gathered: Gathered, group: TensorParallel):
+        self.unit = gathered.unit
+        self.full = gathered.leaf.grad.to(F32)
+        gathered.leaf.grad = None
+        self.shard, self.handle = group.reduce_scatter(self.full, async_op=True)
+
+    def finish(self) -> None:
+        if self.handle is not None:
+            self.handle.wait()
+        self.full = None
+        self.unit.grad.add_(self.shard)
+
+
+def reduce_gradients(gathered: Gathered, step: LlamaStep) -> None:
+    """The unit's bfloat16 gradient, in float32, reduce-scattered into its gradient shard: waited for now, or
+    (fsdp_overlap) when the next unit's is issued or the optimizer needs it."""
+    if step.reducing is not None:
+        step.reducing.finish()
+        step.reducing = None
+    reducing = Reducing(gathered, step.group)
+    if step.cfg.fsdp_overlap:
+        step.reducing = reducing
+    else:
+        reducing.finish()
 
 
 class CheckpointedBlock(torch.autograd.Function):
@@ -231,7 +256,7 @@ class CheckpointedBlock(torch.autograd.Function):
         with torch.enable_grad(), torch.profiler.record_function("recompute"):
             y = step.block(x, gathered.weights(requires_grad=True), "replay", ctx.cache)
         torch.autograd.backward(y, grad)
-        reduce_gradients(gathered, step.group)
+        reduce_gradients(gathered, step)
         step.done_backward(i)
         return x.grad, None, None
 
@@ -250,6 +275,8 @@ class LlamaStep:
         self.sin = torch.empty((s, 1, d), dtype=F32, device=device)
         self.block = Block(cfg, self.cos, self.sin)
         self.gathered = {}
+        self.reducing = None  # the reduce-scatter in flight (fsdp_overlap)
+        self.prefetch = cfg.fsdp_overlap
 
     def _gather(self, i):
         if i not in self.gathered and 0 <= i < len(self.blocks):
@@ -258,7 +285,8 @@ class LlamaStep:
 
     def gather_for_forward(self, i):
         current = self._gather(i)
-        self._gather(i + 1)  # prefetch
+        if self.prefetch:
+            self._gather(i + 1)
         return current
 
     def done_forward(self, i):
@@ -267,7 +295,8 @@ class LlamaStep:
 
     def gather_for_backward(self, i):
         current = self._gather(i)
-        self._gather(i - 1)
+        if self.prefetch:
+            self._gather(i - 1)
         return current
 
     def done_backward(self, i):
@@ -276,13 +305,13 @@ class LlamaStep:
 
 def llama_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0):
     """The rank program: one torchtitan training step of `cfg` (a Llama model, FSDP over its D = N ranks)."""
-    from .step import StepFigures  # the figures a rank reports are the GPT step's
+    from .step import StepFigures, tally_figures, tally_model  # the figures a rank reports are the GPT step's
     from puzzles import sim
 
     m, par = cfg.model, cfg.parallel
     device = torch.device("meta")
     n = par.data
-    group = TensorParallel(dist, dist.new_group([dist.get_rank()]), n, 0, stand_in=True)
+    group = TensorParallel(dist, dist.new_group([dist.get_rank()]), n, 0, stand_in=True, cost=tally_cost)
     figures = StepFigures()
     step = LlamaStep(dist, cfg, group, device)
     units = step.blocks + [step.root]
@@ -293,7 +322,7 @@ def llama_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0):
     tokens = torch.empty((par.microbatch, m.seq), dtype=torch.long, device=device)
     for unit in units:
         unit.grad.zero_()
-    counted = sim.tally(tally_cost) if tally_cost is not None and dist.get_rank() == tally_rank else None
+    counted = sim.tally(tally_model(tally_cost)) if tally_cost is not None and dist.get_rank() == tally_rank else None
     if counted is not None:
         counted.__enter__()
     with torch.profiler.record_function("F0"):
@@ -308,7 +337,10 @@ def llama_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0):
             figures.held.append(ledger.current - static)
     with torch.profiler.record_function("B0"):
         loss.backward()
-        reduce_gradients(root, group)
+        reduce_gradients(root, step)
+        if step.reducing is not None:  # the last one in flight, before the optimizer reads the shards
+            step.reducing.finish()
+            step.reducing = None
     with torch.profiler.record_function("optimizer"):
         for unit in units:
             torch._fused_adamw_([unit.shard], [unit.grad], [unit.exp_avg], [unit.exp_avg_sq], [],
@@ -316,7 +348,6 @@ def llama_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0):
                                 weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False)
     if counted is not None:
         counted.__exit__(None, None, None)
-        figures.tally = {"ticks": dict(counted.ticks_by_class), "flops": dict(counted.flops_by_class),
-                         "ops": dict(counted.ops_by_class)}
+        figures.tally = tally_figures(counted, tally_cost)
     figures.layers_held = list(figures.held)
     return figures

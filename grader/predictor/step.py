@@ -17,7 +17,8 @@ The step, on every rank:
     copied back into the half-precision weights
 
 Memory, by kind, as Megatron-LM keeps it (18 bytes per weight): the weights in half precision (2), a float32
-gradient buffer (4), the optimizer's float32 master weights and two moments (12). Each kind is one flat buffer
+gradient buffer (4; 2 with grad_dtype "half", Megatron-LM of 2021, whose optimizer copies the gradients to
+float32 for the step), the optimizer's float32 master weights and two moments (12). Each kind is one flat buffer
 per rank, the weights views into it; whatever else the ledger holds is activations (and, at the peak, the
 workspace of the op running then).
 """
@@ -41,7 +42,8 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 @dataclass
 class Flat:
-    """One rank's weights as views into flat buffers: `params` (half precision), `main_grad` (float32), the
+    """One rank's weights as views into flat buffers: `params` (half precision), `main_grad` (float32 or the
+    weights' dtype, config.py's grad_dtype), the
     optimizer's float32 `master`, `exp_avg`, `exp_avg_sq`. `whole` is the range of the weights each rank of a
     tensor-parallel group holds whole and, under sequence parallelism, sees only its tokens of."""
 
@@ -90,6 +92,7 @@ class StepFigures:
     held: list = field(default_factory=list)  # activation bytes alive after each forward unit
     layers_held: list = field(default_factory=list)  # of which the transformer layers' (what the formulas count)
     tally: dict = field(default_factory=dict)  # ticks, FLOPs and ops by class of op
+    chunk_gradients: list = field(default_factory=list)  # bytes of gradient of each model chunk (DP's buckets)
 
 
 def chunk_sizes(cfg: Config, stage: int, chunk: int) -> tuple[int, int]:
@@ -123,8 +126,9 @@ def build_chunks(cfg: Config, stage: int, tp: TensorParallel, device, ops=None) 
     t, dtype = par.tensor, DTYPES[cfg.dtype]
     sizes = [chunk_sizes(cfg, stage, c) for c in range(par.virtual)]
     whole, total = sum(w for w, _ in sizes), sum(w + s for w, s in sizes)
-    flat = Flat(torch.empty(total, dtype=dtype, device=device),
-                *(torch.empty(total, dtype=torch.float32, device=device) for _ in range(4)), whole=(0, whole))
+    grad_dtype = torch.float32 if cfg.grad_dtype == "float32" else dtype
+    flat = Flat(torch.empty(total, dtype=dtype, device=device), torch.empty(total, dtype=grad_dtype, device=device),
+                *(torch.empty(total, dtype=torch.float32, device=device) for _ in range(3)), whole=(0, whole))
     shapes = LayerWeights.shapes(m.hidden, m.ffn_width, t)
     ends = [(c == 0 and stage == 0, c == par.virtual - 1 and stage == par.pipeline - 1) for c in range(par.virtual)]
     whole_weights = []
@@ -150,15 +154,29 @@ def gpt_step(dist, cfg: Config, tally_cost=None, tally_rank: int = 0, ops=None):
     also counts its ops by class on `tally_cost` (sim.tally), when given. `ops`: the learner's tensor- or
     sequence-parallel operators for the layers (gpt.LayerOps), None for the reference's."""
     if tally_cost is not None and dist.get_rank() == tally_rank:
-        with sim.tally(tally_cost) as counted:
-            figures = _gpt_step(dist, cfg, ops)
-        figures.tally = {"ticks": dict(counted.ticks_by_class), "flops": dict(counted.flops_by_class),
-                         "ops": dict(counted.ops_by_class), "ticks_by_phase": dict(counted.ticks_by_phase)}
+        with sim.tally(tally_model(tally_cost)) as counted:
+            figures = _gpt_step(dist, cfg, ops, tally_cost)
+        figures.tally = tally_figures(counted, tally_cost)
         return figures
-    return _gpt_step(dist, cfg, ops)
+    return _gpt_step(dist, cfg, ops, tally_cost)
 
 
-def _gpt_step(dist, cfg: Config, ops=None) -> StepFigures:
+def tally_model(cost):
+    """The cost model a tally counts with: the device alone, without the SMs collectives take (cluster.py)."""
+    return cost.tally_model() if hasattr(cost, "tally_model") else cost
+
+
+def tally_figures(counted, cost) -> dict:
+    """A rank's tally as StepFigures keeps it, with the ticks the sharing of SMs added as a class of their own."""
+    ticks = dict(counted.ticks_by_class)
+    shared = cost.windows.extra() if hasattr(cost, "windows") else 0
+    if shared:
+        ticks["shared SMs"] = shared
+    return {"ticks": ticks, "flops": dict(counted.flops_by_class), "ops": dict(counted.ops_by_class),
+            "ticks_by_phase": dict(counted.ticks_by_phase)}
+
+
+def _gpt_step(dist, cfg: Config, ops=None, cost=None) -> StepFigures:
     par, m = cfg.parallel, cfg.model
     t, p = par.tensor, par.pipeline
     rank = dist.get_rank()
@@ -166,7 +184,7 @@ def _gpt_step(dist, cfg: Config, ops=None) -> StepFigures:
     stage, tp_rank = (rank, 0) if stand_in else (rank // t, rank % t)
     sims = 1 if stand_in else t  # simulated ranks per stage
     tp_groups = [dist.new_group([s * sims + i for i in range(sims)]) for s in range(p)]
-    tp = TensorParallel(dist, tp_groups[stage], t, tp_rank, stand_in, cfg.overlap_communication)
+    tp = TensorParallel(dist, tp_groups[stage], t, tp_rank, stand_in, cfg.tp_overlap, cost)
     embedding_group = None
     if p > 1:
         for i in range(sims):
@@ -177,7 +195,9 @@ def _gpt_step(dist, cfg: Config, ops=None) -> StepFigures:
     figures = StepFigures()
     flat, chunks = build_chunks(cfg, stage, tp, device, ops)
     n = flat.params.numel()
-    figures.weights, figures.gradients = n * flat.params.element_size(), n * 4
+    figures.weights, figures.gradients = n * flat.params.element_size(), n * flat.main_grad.element_size()
+    figures.chunk_gradients = [sum(chunk_sizes(cfg, stage, c)) * flat.main_grad.element_size()
+                               for c in range(par.virtual)]
     figures.optimizer = 3 * n * 4
     static = figures.weights + figures.gradients + figures.optimizer
     ledger = sim.current_ledger()
@@ -250,13 +270,15 @@ def optimizer_step(dist, cfg: Config, flat: Flat, chunks, tp: TensorParallel, st
     if cfg.parallel.sequence_parallel:
         lo, hi = flat.whole
         tp.all_reduce(flat.main_grad[lo:hi])
-    flat.main_grad.mul_(1 / 65536)  # unscaled (apex checks for inf/NaN in the same pass)
+    # half-precision gradients are copied to float32 for the step (Megatron-LM's _copy_model_grads_to_main_grads)
+    grads = flat.main_grad if flat.main_grad.dtype == torch.float32 else flat.main_grad.float()
+    grads.mul_(1 / 65536)  # unscaled (apex checks for inf/NaN in the same pass)
     found_inf = torch.zeros((), dtype=torch.float32, device=device)
     dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
-    norm = torch.linalg.vector_norm(flat.main_grad).pow_(2)
+    norm = torch.linalg.vector_norm(grads).pow_(2)
     dist.all_reduce(norm)
     step = torch.zeros((), dtype=torch.float32, device=device)
-    torch._fused_adam_([flat.master], [flat.main_grad], [flat.exp_avg], [flat.exp_avg_sq], [], [step],
+    torch._fused_adam_([flat.master], [grads], [flat.exp_avg], [flat.exp_avg_sq], [], [step],
                        lr=1e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False)
     flat.params.copy_(flat.master)
 

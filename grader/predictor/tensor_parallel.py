@@ -7,15 +7,16 @@ a contiguous block of rows and the collectives cut and join dim 0 without a copy
                            SP: x is this rank's [s/t, b, h]; all-gathered to [s, b, h] first, and gathered again
                            in backward (only the shard is kept: Megatron's memory saving), the input's gradient
                            reduce-scattered; no SP: the input's gradient all-reduced (f). With `overlap`, the
-                           backward's collectives run asynchronously under the weight gradient's product, as
-                           Megatron issues them; without (the default, config.py says why), one after the other.
+                           backward's collectives run asynchronously, the all-gather under the input gradient's
+                           product and the all-reduce or reduce-scatter under the weight gradient's, as Megatron
+                           issues them (config.py's tp_overlap); without, one after the other.
     RowParallelLinear      y = sum_r x_r @ W_r^T     W split by columns (its input features)
                            no SP: all-reduce the partial sums (g); SP: reduce-scatter them to [s/t, b, h]
     communicate=False      the product alone, when a learner's operators move the data around it (gpt.py)
 
 The weight gradient's product writes into the weight's float32 gradient buffer (`main_grad`) as it accumulates
 (Megatron's gradient-accumulation fusion: the GEMM's output is the float32 buffer), so no half-precision
-gradient of a weight is ever made.
+gradient of a weight is ever made; into a half-precision buffer, the product and then an addition.
 
 `TensorParallel` is the group as a rank sees it. When one simulated rank stands for its whole group (cluster.py,
 Placement.stand_in), the simulated group holds that rank alone: a collective on it moves the rank's own piece
@@ -35,7 +36,9 @@ def accumulate_weight_grad(main_grad: torch.Tensor, grad_out: torch.Tensor, inpu
     out_dtype=float32) would be charged as a float32 product, 16 times slower than the tensor cores run it, and
     a half-precision product added into the buffer costs a pass over the buffer the fused kernel does not make.
     On meta tensors, which hold no values, the product is therefore written into the buffer's memory seen as
-    half precision: what the kernel costs, no more. On real tensors: the product, then the addition."""
+    half precision: what the kernel costs, no more. On real tensors, and into a half-precision buffer (config's
+    grad_dtype "half": autograd's accumulation of Megatron-LM of 2021, which had no fused kernel): the product,
+    then the addition."""
     if main_grad.is_meta and grad_out.dtype in (torch.float16, torch.bfloat16) and main_grad.dtype == torch.float32:
         as_half = main_grad.view(grad_out.dtype)[..., ::2]  # [out, in] over the float32 buffer's bytes
         torch.addmm(as_half, grad_out.t(), inputs, out=as_half)
@@ -47,15 +50,22 @@ class TensorParallel:
     """A rank's tensor-parallel group: `size` ranks (the configuration's t), of which this one is `rank`.
     `group` is the simulated group: all t ranks, or this rank alone when it stands for the others."""
 
-    def __init__(self, dist, group, size: int, rank: int, stand_in: bool, overlap: bool = False):
+    def __init__(self, dist, group, size: int, rank: int, stand_in: bool, overlap: bool = False, cost=None):
         self.dist, self.group, self.size, self.rank, self.stand_in = dist, group, size, rank, stand_in
-        self.overlap = overlap  # backward's collectives asynchronous, under the weight gradient's product
+        self.overlap = overlap  # backward's collectives asynchronous, under the products (config's tp_overlap)
+        self.cost = cost  # the clock's cost model (cluster.py), which charges the SMs a collective in flight takes
+
+    def _in_flight(self, handle, kind: str, nbytes: int):
+        if handle is None or self.cost is None or not hasattr(self.cost, "in_flight"):
+            return handle
+        return self.cost.in_flight(handle, kind, nbytes, self.group.ranks)
 
     def all_reduce(self, x: torch.Tensor, async_op: bool = False, op=None):
         if self.size == 1:
             return None
         kwargs = {} if op is None else {"op": op}
-        return self.dist.all_reduce(x, group=self.group, async_op=async_op, **kwargs)
+        handle = self.dist.all_reduce(x, group=self.group, async_op=async_op, **kwargs)
+        return self._in_flight(handle, "all_reduce", _nbytes(x)) if async_op else handle
 
     def all_gather(self, shard: torch.Tensor, async_op: bool = False):
         """[n, ...] on each rank -> [t·n, ...], rank r's rows r·n to (r+1)·n - 1. Returns (full, handle)."""
@@ -63,7 +73,8 @@ class TensorParallel:
             return shard, None
         full = torch.empty((self.size * shard.shape[0], *shard.shape[1:]), dtype=shard.dtype, device=shard.device)
         mine = full[: shard.shape[0]] if self.stand_in else full  # a stand-in moves its own piece
-        return full, self.dist.all_gather_into_tensor(mine, shard.contiguous(), group=self.group, async_op=async_op)
+        handle = self.dist.all_gather_into_tensor(mine, shard.contiguous(), group=self.group, async_op=async_op)
+        return full, (self._in_flight(handle, "all_gather_into_tensor", _nbytes(mine)) if async_op else handle)
 
     def reduce_scatter(self, full: torch.Tensor, async_op: bool = False):
         """[t·n, ...] partial sums on each rank -> this rank's [n, ...] of the sum. Returns (shard, handle)."""
@@ -71,9 +82,13 @@ class TensorParallel:
             return full, None
         n = full.shape[0] // self.size
         shard = torch.empty((n, *full.shape[1:]), dtype=full.dtype, device=full.device)
-        source = full[:n] if self.stand_in else full
-        return shard, self.dist.reduce_scatter_tensor(shard, source.contiguous(), group=self.group,
-                                                      async_op=async_op)
+        source = (full[:n] if self.stand_in else full).contiguous()
+        handle = self.dist.reduce_scatter_tensor(shard, source, group=self.group, async_op=async_op)
+        return shard, (self._in_flight(handle, "reduce_scatter_tensor", _nbytes(source)) if async_op else handle)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 class _Alone:

@@ -156,8 +156,8 @@ AT_SCALE_TEXT = """## At scale: your answers inside GPT-3 175B's training step
 
 The same code, on tensors of torch's `meta` device (shapes, no values), at the size of GPT-3 175B (96 layers,
 hidden size 12,288) on DGX A100s: the memory ledger, the FLOPs and the bytes are the ones a real run would have,
-and the clock is a roofline of an A100 (its peak rates and the efficiency a kernel of that size reaches, NVLink
-inside a node, InfiniBand between nodes). Your puzzle 11's `CopyToTPGroup` and `ReduceFromTPGroup` wrap every
+and the clock charges each kernel its arithmetic time plus its memory time at the share of an A100's peak rates
+a kernel of that size reaches (Calculon's curves), with NVLink inside a node and InfiniBand between nodes. Your puzzle 11's `CopyToTPGroup` and `ReduceFromTPGroup` wrap every
 product of a 3-D run (8-way tensor x 8 pipeline stages, 8 microbatches, no recomputation: see the first stage's
 memory against the GPU's 80 GB); your puzzle 14's operators run the sequence-parallel layers of one pipeline
 stage (12 layers) on all 8 of its GPUs, because they work on the default group. The model, the schedule and the
@@ -167,7 +167,8 @@ configuration from a terminal, and bench/SCALE.md holds the predictions against 
 
 What the prediction leaves out: kernels are charged by size, not by their real shapes, fusions and clocks; the
 network has no contention and no NCCL protocol choices; the host (Python, launches, data loading), the
-allocator's fragmentation and stragglers cost nothing. The cell takes about 15 seconds."""
+allocator's fragmentation and stragglers cost nothing. The cell takes about 20 seconds (17 s of one CPU core
+here; longer on a slower or busier machine), and says so when it starts."""
 
 AT_SCALE_CODE = AT_SCALE_MARK + """ (the cells above) in GPT-3 175B's step, on meta tensors.
 from grader.frontends.at_scale import at_scale
