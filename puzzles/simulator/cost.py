@@ -166,6 +166,11 @@ class CostModel:
         if self.latency_ticks < 0 or (self.bytes_per_tick is not None and self.bytes_per_tick <= 0):
             raise ValueError(f"CostModel needs a positive bandwidth and a non-negative latency, got {self}")
 
+    # An op's ticks depend on its cost and dtype alone, so the dispatch mode asks once per (cost, dtype) and keeps
+    # the answer; a model whose answer also depends on what is running (the predictor's, while a collective takes
+    # some of the SMs) sets this True and is asked for every op.
+    ticks_vary = False
+
     def compute_ticks(self, cost: OpCost, dtype: torch.dtype | None = None) -> int:
         return self.device.compute_ticks(cost, dtype)
 
