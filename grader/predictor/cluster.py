@@ -136,6 +136,7 @@ class ClusterCostModel(CostModel):
     windows: Windows = field(default_factory=Windows, compare=False, repr=False)
     shared: bool = True
     _ticks: dict = field(default_factory=dict, compare=False, repr=False)  # comm_ticks by its arguments
+    ticks_vary = True  # (not a field) compute_ticks advances the windows of the collectives in flight: ask per op
 
     def __post_init__(self):
         super().__post_init__()

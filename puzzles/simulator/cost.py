@@ -175,6 +175,11 @@ class CostModel:
         """How many times as long rank's device takes for an op (1 but for a straggler)."""
         return next((Fraction(k) for r, k in self.slow_ranks if r == rank), Fraction(1))
 
+    # An op's ticks depend on its cost and dtype alone, so the dispatch mode asks once per (cost, dtype) and keeps
+    # the answer; a model whose answer also depends on what is running (the predictor's, while a collective takes
+    # some of the SMs) sets this True and is asked for every op.
+    ticks_vary = False
+
     def compute_ticks(self, cost: OpCost, dtype: torch.dtype | None = None) -> int:
         return self.device.compute_ticks(cost, dtype)
 

@@ -84,6 +84,7 @@ class _RankMode(TorchDispatchMode):
         self.world, self.me = world, me
         self.ops = world.ops  # func._op (or func) -> _Op, shared by the ranks of the run
         self.costs = world.costs  # ((FLOPs, bytes, class), dtype) -> (its OpCost, its ticks)
+        self.ticks_vary = getattr(world.cost, "ticks_vary", False)  # (cost.py: then its ticks are asked every time)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -170,6 +171,8 @@ class _RankMode(TorchDispatchMode):
         if charged is None:
             cost = OpCost(*parts)
             charged = self.costs[parts, dtype] = (cost, world.cost.compute_ticks(cost, dtype))
+        elif self.ticks_vary:  # a cost model whose op costs more while a collective is in flight (the predictor's)
+            charged = (charged[0], world.cost.compute_ticks(charged[0], dtype))
         if me.host is not None:  # Part IV: the host launches the op, ahead of the device (host.py)
             host.on_op(me, world, func, True)
         me.flops += charge_op(me.clock, rank, slowed(world.cost, rank, charged[1]), charged[0], op.name, me.labels,
