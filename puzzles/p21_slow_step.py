@@ -1,6 +1,5 @@
-# Generated from solutions/p21_slow_step.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 22184b8c82bb)
-"""Puzzle 21 — The slow step: host syncs, a synchronous all-reduce and a loader that does not overlap, read with
---trace.
+# Generated from solutions/p21_slow_step.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest dc218ff75011)
+"""Puzzle 21 — The slow step: host syncs, a synchronous all-reduce and a loader that does not overlap.
 
 The task: `train` below, as handed to you, trains correctly but about twice as slowly as it should. Find out where
 the time goes with the trace (`python -m grader check puzzles -p p21 --trace p21.json`, opened in Perfetto: each
@@ -28,7 +27,15 @@ row while the GPU row is empty, the data loader's `__next__` between steps, NCCL
 last kernel), torch.cuda.set_sync_debug_mode in its "warn" mode (a warning at every line that makes the host wait), and
 Nsight Systems. Here, --trace is that profiler: a rank's "host" track shows each sync (from the moment the host
 waits to the moment it has its number, with the line that asked) and each batch the host loads itself; the
-"loader" tracks show the workers' batches; the compute and communication tracks show what the device did.
+"loader" tracks show the workers' batches; the compute and communication tracks show what the device did. One
+step of the program as handed out, in the shape the trace shows it (not to scale):
+
+    host      |launch F, B|launch all-reduces, U|loss.item() waits...|load the next batch........|launch F
+    compute   |F     B    |                     |U                   |                           |F
+    comm                  |AR AR AR AR AR AR AR |
+
+Each row waits on another: the device for the host's launches and for its batch, the network for the whole
+backward, the host for the device's last op.
 
 The machine. The host launches each op in 8 ticks and runs ahead of the device until it needs a number from it:
 then it waits for the device's queue to empty, plus 40 ticks for the copy back, and the device idles until the

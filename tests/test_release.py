@@ -139,6 +139,8 @@ SHARED = {
     "return tp + T * dp + T * D * pp": "p11's layout, rank = tp + 2·dp + 4·pp, which the puzzle's text states",
     "q, k, v = (x @ wqkv).split(d, dim=-1)": "model.py's causal_attention, which every learner reads, splits the "
                                              "projections as p15's answer does",
+    "w.grad = torch.zeros_like(w)": "a weight whose gradient is never written gets zeros, as in p17's costs and "
+                                    "the grader's explanation of a hang; p20's fix keeps its ranks' calls equal so",
 }
 
 

@@ -27,7 +27,7 @@ import nbformat
 from . import build
 from .notebooks.standalone import embedded_files
 from .shipping import shipped
-from .stubs import BEGIN, END
+from .stubs import BEGIN, END, END_HANDED_OUT, HANDED_OUT
 
 # The README's sections by heading: the learner's are copied, the instructor's left out. A heading in neither
 # list is left out too (and named by the command), so that new instructor material never ships by accident.
@@ -153,18 +153,24 @@ def _text_lines(rel: str, data: str | bytes) -> list[str]:
     return text.splitlines()
 
 
-def solution_regions(root: Path) -> dict[str, list[list[str]]]:
-    """{solution file: its solution regions, each as its stripped lines of code (no blanks, no comments)}."""
+def solution_regions(root: Path, begin: str = BEGIN, end: str = END) -> dict[str, list[list[str]]]:
+    """{solution file: its solution regions, each as its stripped lines of code (no blanks, no comments)}; with
+    the handed-out markers, the programs a Part IV puzzle hands out broken, uncommented (stubs.py)."""
     regions = {}
+    handed_out = begin == HANDED_OUT
     for path in sorted((root / "solutions").glob("p*_*.py")):
         found, current = [], None
         for line in path.read_text().splitlines():
             mark = line.strip()
-            if mark == BEGIN:
+            if mark.startswith(begin) if handed_out else mark == begin:
                 current = []
-            elif mark == END and current is not None:
+            elif mark == end and current is not None:
                 found.append(current)
                 current = None
+            elif current is not None and handed_out:
+                code = mark[1:].strip()  # each line behind "# "
+                if code and not code.startswith("#"):
+                    current.append(code)
             elif current is not None and mark and not mark.startswith("#"):
                 current.append(mark)
         regions[path.name] = found
@@ -196,6 +202,10 @@ def solution_leaks(files: dict[str, str | bytes], root: Path) -> list[str]:
     solutions = {p.read_bytes() for p in (root / "solutions").glob("*.py")}
     windows = {tuple(region[i:i + WINDOW]): name for name, found in solution_regions(root).items()
                for region in found for i in range(len(region) - WINDOW + 1)}
+    for found in solution_regions(root, HANDED_OUT, END_HANDED_OUT).values():  # a broken program's lines that the
+        for region in found:                                                     # fix keeps are handed out anyway
+            for i in range(len(region) - WINDOW + 1):
+                windows.pop(tuple(region[i:i + WINDOW]), None)
     leaks = []
     for rel, data in files.items():
         raw = data.encode() if isinstance(data, str) else data

@@ -2,18 +2,11 @@
 `raise NotImplementedError(...)` line in the learner's stub. Each stub records a digest of its own body, so that
 a stub the learner has edited can be told from one generated from an older solution.
 
-A puzzle that hands the learner a broken program to fix (Part IV) follows its solution region with the program as
-handed out, commented, between `# BEGIN HANDED OUT: <what is wrong with it>` and `# END HANDED OUT`:
-
-    # BEGIN SOLUTION
-    <the fix>
-    # END SOLUTION
-    # BEGIN HANDED OUT: this step hangs
-    # <the broken program, each line behind "# ">
-    # END HANDED OUT
-
-The stub then holds the broken program itself, uncommented, behind one line that keeps it from running until
-the learner deletes it (a stub as generated is "not attempted", as every other puzzle's is):
+A puzzle that hands the learner a broken program to fix (Part IV) follows its solution region at once with the
+program as handed out, each of its lines commented ("# " before the code), between a `# BEGIN HANDED OUT: <what
+is wrong with it>` line and a `# END HANDED OUT` line (solutions/p20_hang.py shows one). The stub then holds the
+broken program itself, uncommented, behind one line that keeps it from running until the learner deletes it (a
+stub as generated is "not attempted", as every other puzzle's is):
 
     raise NotImplementedError("p20: this step hangs: delete this line to run it as handed out, then fix it")
     <the broken program>

@@ -18,6 +18,9 @@ COLOURS = {
     "collective": "#54A24B",  # green
     "send/recv": "#2CA6A4",  # teal
     "disk": "#9D755D",  # brown: a checkpoint's reads and writes (p18)
+    "sync": "#E45756",  # red: the host waits for the device (.item(), .cpu(), print: p21)
+    "loading": "#EECA3B",  # yellow: a batch loaded, by the host or a loader worker (p21)
+    "waiting for data": "#FF9DA6",  # pink: the host waits for a worker's batch
     "idle": "#E4E4E4",  # light grey
 }
 LEGEND_NAMES = {
@@ -27,12 +30,15 @@ LEGEND_NAMES = {
     "collective": "collective",
     "send/recv": "send / recv",
     "disk": "disk (checkpoint i/o)",
+    "sync": "host waits for the device",
+    "loading": "data loading",
+    "waiting for data": "host waits for data",
     "idle": "idle (compute stream)",
 }
 # Edges: white between adjacent compute blocks; a dark edge on comm bars, so that a message of a few ticks still
 # shows as a line on a chart of thousands.
 EDGE = {"idle": "none", "collective": "#2E6B29", "send/recv": "#17706E"}
-TEXT_ON = {"idle": "#555555"}  # text colour inside a bar of this category (default white)
+TEXT_ON = {"idle": "#555555", "loading": "#333333"}  # text colour inside a bar of this category (default white)
 P2P = {"send", "recv", "isend", "irecv"}
 MEMORY_LINE = "#1F5FA8"
 BUDGET_COLOUR = "#D62728"

@@ -35,14 +35,33 @@ _AXES_WIDTH_PX = (FIG_WIDTH - LEFT_IN - RIGHT_IN) * DPI
 
 
 def category(event: dict) -> str:
-    """forward, backward, recompute (by label or kind), disk (a checkpoint's i/o), collective or send/recv."""
+    """forward, backward, recompute (by label or kind), disk (a checkpoint's i/o), collective or send/recv; on a
+    Part IV host's tracks: sync (the host waits for the device), loading (a batch loaded, by the host or a worker)
+    or waiting for data (the host waits for a worker's batch)."""
     if event["stream"] == "comm":
         return "send/recv" if event["kind"] in P2P else "collective"
+    if event["stream"] in ("host", "loader"):
+        return {"sync": "sync", "wait for data": "waiting for data"}.get(event["kind"], "loading")
     if event["kind"] == "io":
         return "disk"
     if "recompute" in event["kind"].lower() or "recompute" in (event.get("label") or "").lower():
         return "recompute"
     return "backward" if event["kind"] == "backward" else "forward"
+
+
+def lane_of(event: dict) -> tuple:
+    """The lane an event is drawn in, within its rank: ("compute",), ("comm",), ("host",) or ("loader", worker)."""
+    if event["stream"] == "loader":
+        return ("loader", (event.get("peers") or (0,))[0])
+    return (event["stream"],)
+
+
+def sub_lanes(events: list[dict]) -> list[tuple]:
+    """The lanes each rank gets, top to bottom: compute, then comm, host and each loader worker where any rank
+    has such events (every rank the same lanes, so ranks line up)."""
+    seen = {lane_of(e) for e in events}
+    return ([("compute",)] + [lane for lane in (("comm",), ("host",)) if lane in seen]
+            + sorted(lane for lane in seen if lane[0] == "loader"))
 
 
 def idle_gaps(events: list[dict], makespan: int) -> list[tuple[int, int]]:
@@ -92,29 +111,26 @@ def _draw_schedule(ax, figs: dict, xmax: float, axes_width_px: float) -> dict:
     events = figs.get("events") or []
     makespan = int(figs.get("makespan") or 0)
     ranks = _ranks_of(figs)
-    has_comm = any(e["stream"] == "comm" for e in events)
-    pitch = 1.35 if has_comm else 1.0
-    lanes: dict = {}  # (rank, stream) -> y centre
+    subs = sub_lanes(events)
+    pitch = 1.0 if len(subs) == 1 else 0.62 * len(subs) + 0.11
+    lanes: dict = {}  # (rank, lane) -> y centre
     yticks, ylabels = [], []
     for i, r in enumerate(ranks):
-        lanes[(r, "compute")] = i * pitch
-        yticks.append(i * pitch)
-        ylabels.append(f"rank {r}")
-        if has_comm:
-            lanes[(r, "comm")] = i * pitch + 0.62
-            yticks.append(i * pitch + 0.62)
-            ylabels.append("comm")
-    heights = {"compute": 0.62, "comm": 0.42}
+        for k, lane in enumerate(subs):
+            lanes[(r, lane)] = i * pitch + 0.62 * k
+            yticks.append(i * pitch + 0.62 * k)
+            ylabels.append(f"rank {r}" if k == 0 else lane[0] if len(lane) == 1 else f"loader {lane[1]}")
+    heights = {"compute": 0.62, "comm": 0.42, "host": 0.42, "loader": 0.42}
 
     bars: dict = {}  # category -> [(y, left, width, height, gid, texts to try)]
     for r in ranks:
         compute = [e for e in events if e["rank"] == r and e["stream"] == "compute"]
         for start, end in idle_gaps(compute, makespan):
-            bars.setdefault("idle", []).append((lanes[(r, "compute")], start, end - start, heights["compute"],
+            bars.setdefault("idle", []).append((lanes[(r, ("compute",))], start, end - start, heights["compute"],
                                                 f"idle:{r}:compute", ()))
     for e in events:
         cat = category(e)
-        bars.setdefault(cat, []).append((lanes[(e["rank"], e["stream"])], e["start"], e["end"] - e["start"],
+        bars.setdefault(cat, []).append((lanes[(e["rank"], lane_of(e))], e["start"], e["end"] - e["start"],
                                          heights[e["stream"]], f"{cat}:{e['rank']}:{e['stream']}", _bar_texts(e)))
 
     px_per_tick = axes_width_px / xmax if xmax else 0
@@ -143,11 +159,11 @@ def _draw_schedule(ax, figs: dict, xmax: float, axes_width_px: float) -> dict:
     for r in ranks:  # the compute stream's idle share, at the right edge of each rank's lane
         busy = sum(e["end"] - e["start"] for e in events if e["rank"] == r and e["stream"] == "compute")
         if makespan:
-            ax.text(1.005, lanes[(r, "compute")], f"idle {100 * (1 - busy / makespan):.0f}%", fontsize=8,
+            ax.text(1.005, lanes[(r, ("compute",))], f"idle {100 * (1 - busy / makespan):.0f}%", fontsize=8,
                     va="center", ha="left", color="#555555", transform=ax.get_yaxis_transform(), clip_on=False)
     ax.set_yticks(yticks, ylabels)
     for label in ax.get_yticklabels():
-        if label.get_text() == "comm":
+        if not label.get_text().startswith("rank "):
             label.set_fontsize(7.5)
             label.set_color("#666666")
         else:
@@ -182,8 +198,7 @@ def _idle_share(figs: dict) -> float:
 def _schedule_height(figs: dict) -> float:
     """Inches for one result's lanes."""
     n = len(_ranks_of(figs))
-    has_comm = any(e["stream"] == "comm" for e in figs.get("events") or [])
-    return n * (0.62 if has_comm else 0.42) + 0.3
+    return n * (0.42 + 0.2 * (len(sub_lanes(figs.get("events") or [])) - 1)) + 0.3
 
 
 def _about_time(result) -> bool:
