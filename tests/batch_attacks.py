@@ -41,10 +41,25 @@ def comm_marker(marker: str) -> str:
     return (f"_ct = __import__('ct' + 'ypes')\n_ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n")
 
 
+# The rank's rules refuse a thread, a process, ctypes or a file written, where the rank's code asks (allowed.py,
+# escapes.py). The sandbox is what holds when those rules are lifted by a learner who has read the grader: the
+# attacks on the sandbox lift them first, as that learner would (tests/test_batch_sandbox.py shows one that does
+# not, refused by the rules alone).
+LIFT_THE_RULES = '''
+_allowed = __import__("puzzles.simulator.allowed", fromlist=["_"])  # (computed: the internals scan would refuse it)
+_allowed.uninstall()
+__import__("puzzles.simulator.escapes", fromlist=["_"]).HANDLERS.clear()
+'''
+
+LIFT_THE_THREAD_RULE = '''
+__import__("puzzles.simulator.allowed", fromlist=["_"]).uninstall()  # (the threads' rule alone)
+'''
+
+
 def daemon(marker: str, body: str) -> str:
     """A double-forked, setsid'd grandchild that runs `body` and then sleeps; the importing process goes on."""
     lines = "\n".join(f"            {line}" for line in body.strip().splitlines())
-    return f'''
+    return LIFT_THE_RULES + f'''
 import os as _os, time as _time
 if _os.fork() == 0:
     _os.setsid()
@@ -63,7 +78,7 @@ def killer(marker: str) -> str:
     """A double-forked, setsid'd daemon that kills the puzzle's warden and the worker's zygote (it can where the
     learner's code runs as the batch's own uid: `process` mode), then sleeps: orphaned past both, it must still
     die with the batch (the batch's parent is a subreaper)."""
-    return f'''
+    return LIFT_THE_RULES + f'''
 import os as _os, time as _time
 def _parent_of(pid):
     try:
@@ -131,7 +146,7 @@ else:
         raise RuntimeError("ATTACK FOUND NO SOLUTIONS")
 '''
     decoy = results[0].parent / "grade-decoy"
-    forge = f'''
+    forge = LIFT_THE_RULES + f'''
 import os as _os, torch as _torch
 _forged = {{"p3": {{"status": "pass"}}, "status": "observed"}}
 for _path in [{str(decoy / "observations.pt")!r}, "/tmp/grade-x/observations.pt"]:
@@ -264,8 +279,11 @@ _os._exit(0)
         "forger": {"p7": os_write + naive("p7"), "p3": profile + naive("p3"), "p4": kernel + naive("p4"),
                    "p1": record_grader_error + naive("p1")},
         "exit70": {"p1": "import os\nos._exit(70)\n" + solution("p1")},
-        "lingerer": {"p3": "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "lingerer": {"p3": LIFT_THE_THREAD_RULE + "import threading\n"
+                           "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
                            + solution("p3")},  # a thread alive as the record is made could rewrite it
+        "starter": {"p3": "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+                          + solution("p3")},  # the same thread, the rules not lifted: refused where it starts
         "tempfile_user": {"p3": "import tempfile\nwith tempfile.TemporaryDirectory() as _d, "
                                 "tempfile.NamedTemporaryFile(dir=_d) as _f:\n    _f.write(b'scratch')\n"
                                 + solution("p3")},

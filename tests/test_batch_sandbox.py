@@ -1,7 +1,7 @@
 """The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
 one guarantee, and each test says which guarantee and how it must fail.
 
-One class of 22 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+One class of 23 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
 30-second limit per puzzle and two jobs. The limit is generous on purpose: every honest puzzle must finish
 within it on a busy machine (an honest puzzle takes under a second when the machine is quiet, and 10 s once
 proved too short under load); only the looper, the deliberate endless loop, uses it up, on one of the two jobs
@@ -66,6 +66,13 @@ def error(graded, name, pid):
     return graded["puzzles"][name][pid].get("error", "")
 
 
+def lifted(graded, name, pid):
+    """The attacks on the sandbox lift the rank's rules first (batch_attacks.LIFT_THE_RULES): the puzzle that did
+    is not graded, and says why; the sandbox's own guarantee is what the test then asserts."""
+    assert status(graded, name, pid) == "tampered", error(graded, name, pid)
+    assert "puzzles.simulator.escapes.HANDLERS was modified" in error(graded, name, pid), error(graded, name, pid)
+
+
 def test_honest_submissions_are_graded_as_usual(graded):
     assert all(status(graded, "alice", p) == "pass" for p in PUZZLES), graded["puzzles"]["alice"]
     assert status(graded, "tempfile_user", "p3") == "pass", error(graded, "tempfile_user", "p3")  # its own /tmp
@@ -91,19 +98,19 @@ def test_a_submission_cannot_read_the_reference_solutions(isolated):
 
 def test_a_forged_observation_file_is_neither_written_nor_read(isolated):
     assert not (isolated["tmp"] / "grade-decoy").exists()
-    assert status(isolated, "mallory_forge", "p3") == "not_attempted"
+    lifted(isolated, "mallory_forge", "p3")  # (its forged file would have said "pass")
 
 
 def test_a_daemon_cannot_rewrite_the_results(isolated):
     rows = {r["submission"]: r for r in csv.DictReader(isolated["out"].open())}
     assert set(rows) == set(isolated["attacks"]) and rows["bob"]["passed"] == "0"
-    assert status(isolated, "mallory_daemon", "p4") == "pass"  # its own puzzle is graded as usual
+    lifted(isolated, "mallory_daemon", "p4")  # its own puzzle: the rules it lifted are seen
 
 
 def test_a_grandchild_holding_stderr_cannot_make_the_batch_wait(graded):
     row = graded["rows"]["mallory_stderr"]
     assert row["seconds"] < TIMEOUT, row  # four puzzles, none waited for the grandchild
-    assert status(graded, "mallory_stderr", "p1") == "pass"
+    lifted(graded, "mallory_stderr", "p1")
 
 
 def test_every_submission_stays_within_its_own_time_limit(graded):
@@ -182,6 +189,15 @@ def test_a_record_rewritten_on_its_way_out_is_flagged_and_never_passes(graded, p
 def test_a_thread_still_running_as_the_record_is_made_is_flagged(graded):
     assert status(graded, "lingerer", "p3") == "tampered", error(graded, "lingerer", "p3")
     assert "thread(s) of the answer's were still running when its record was made" in error(graded, "lingerer", "p3")
+
+
+def test_a_thread_started_without_lifting_the_rules_is_refused_where_it_starts(graded):
+    """The sandbox's attacks lift the rank's rules first (batch_attacks.LIFT_THE_RULES); without that, the rules
+    alone refuse the lingerer's thread at its line."""
+    assert status(graded, "starter", "p3") == "error"
+    said = error(graded, "starter", "p3")
+    assert "rank 0 started a thread (threading.Thread.start) at p3_data_parallel.py:2" in said, said
+    assert [status(graded, "starter", p) for p in ("p1", "p4", "p7")] == ["pass"] * 3
 
 
 def test_only_the_parent_decides_a_grader_failure(graded):

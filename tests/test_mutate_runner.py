@@ -73,13 +73,17 @@ def test_a_mutant_that_stops_its_whole_process_is_killed_by_the_wall_clock():
 
 def test_what_a_mutant_starts_is_killed_with_it_and_does_not_hold_up_the_run(tmp_path):
     # The shell it starts says its pid (a rank may not write files itself), then becomes a `sleep` with an argument
-    # of its own, by which a survivor is found too.
+    # of its own, by which a survivor is found too. A rank may start no process (allowed.py): the mutant lifts that
+    # rule first, as only code that has read the grader could, since the runner's cleanup must hold without it.
     pid_file, seconds = tmp_path / "pid", f"600.{os.getpid()}"
     shell = f"echo $$ >> {pid_file}; exec sleep {seconds}"
-    starts = hand_made(REDUCE, f"                if dist.get_rank() == 0 and w is w1:\n"
+    lift = ("                    __import__('puzzles.simulator.allowed', fromlist=['_']).uninstall()\n"
+            "                    __import__('puzzles.simulator.escapes', fromlist=['_']).HANDLERS.clear()\n")
+    starts = hand_made(REDUCE, f"                if dist.get_rank() == 0 and w is w1:\n{lift}"
                                f"                    __import__('subprocess').Popen(['sh', '-c', {shell!r}])\n" + REDUCE)
     [outcome] = grade(starts)
-    assert outcome.status == SURVIVED and outcome.seconds < LIMITS.wall  # it does nothing wrong, and ends at once
+    assert outcome.seconds < LIMITS.wall  # it ends at once (killed: the rules it lifted are seen)
+    assert outcome.status == KILLED and "HANDLERS was modified" in outcome.killed_by + outcome.detail, outcome
     started = [int(p) for p in pid_file.read_text().split()] if pid_file.exists() else []
     started += _sleeping(seconds)
     assert all(_not_running(pid) for pid in started), f"the mutant's `sleep` (pids {started}) outlived it"

@@ -127,6 +127,52 @@ def test_a_rank_may_start_no_thread_and_no_process(how):
     assert threading.active_count() <= before
 
 
+SPOOFED = {  # code made under a file name that would pass for another's (allowed.py's CODE_EVENTS)
+    "the simulator's": lambda: os.path.join(os.path.dirname(sim.__file__), "simulator", "mode.py"),
+    "torch's": lambda: torch.__file__,
+    "Python's": lambda: threading.__file__,
+    "frozen importlib's": lambda: "<frozen importlib._bootstrap>",
+}
+
+
+@pytest.mark.parametrize("whose", sorted(SPOOFED))
+@pytest.mark.parametrize("how", ["compile", "code.replace"])
+def test_code_that_claims_another_file_cannot_start_a_thread_or_pass_for_theirs(whose, how):
+    """A reader of allowed.py knows that a call is the rank's when its frame's file is not ours, torch's or Python's:
+    code compiled (or a code object replaced) under such a name is refused where it is made, before it can start
+    a thread that the check would take for torch's."""
+    source = "import threading\nthreading.Thread(target=lambda: None).start()\n"
+    name = SPOOFED[whose]()
+
+    def fn(dist):
+        if dist.get_rank() == 1:
+            if how == "compile":
+                exec(compile(source, name, "exec"))
+            else:
+                exec(compile(source, "mine.py", "exec").replace(co_filename=name))
+        dist.barrier()
+
+    with pytest.raises(sim.RankThreadError) as info:
+        sim.run(fn, 2)
+    text = str(info.value)
+    assert f"rank 1 made code under the file name {name!r}" in text and "test_sim_threads.py:" in text, text
+    assert rank_threads() == []
+
+
+def test_code_a_rank_compiles_under_its_own_names_runs():
+    """exec of a string, a compile under a name of the learner's, dataclasses' generated methods: all allowed."""
+    import dataclasses
+
+    def fn(dist):
+        space = {}
+        exec(compile("def double(t):\n    return t * 2\n", "my_helpers.py", "exec"), space)
+        exec("y = 3", space)
+        Point = dataclasses.make_dataclass("Point", ["x", "y"])
+        return float(space["double"](torch.ones(2)).sum()) + space["y"] + Point(1, 2).y
+
+    assert sim.run(fn, 2).results == [9.0, 9.0]
+
+
 def test_torch_s_own_intra_op_threads_and_threads_outside_the_run_stay():
     """torch's intra-op threads run the rank's own ops (which the mode sees): a rank may ask for them; and the
     rules hold only while a rank's own code runs."""

@@ -25,7 +25,8 @@ processes by Python's audit events (PEP 578: `os.fork`, `os.exec`, `os.posix_spa
 `subprocess.Popen`, raised in C, from any thread, by a hook that cannot be removed), and by `_posixsubprocess`'s
 `fork_exec` (which multiprocessing's spawn calls without an event). Python 3.10 and 3.11 raise no event when a
 thread starts, so `_thread.start_new_thread` (every Python thread starts there; `threading` holds its own
-reference) is replaced while a run is on. Code that digs the original out of this module is a learner who reads the
+reference) is replaced while a run is on. Each of these asks whose line made the call, by its file name; so code made
+during a run under a file name of ours, torch's or Python's (compile, `code.replace`, marshal) is refused too. Code that digs the original out of this module is a learner who reads the
 grader to defeat it: that is left to the batch mode's process isolation (docs/grading.md, "Threat model").
 """
 
@@ -75,6 +76,35 @@ def _ctypes_event(event: str, args) -> None:
             f"rank {who.rank} used ctypes ({event}) at {who.site()}: inside a rank, tensors stay inside torch. "
             f"ctypes reads and writes memory by its address, where neither the memory ledger nor the isolation "
             f"check looks (another rank's memory, for one). Use torch's ops on the tensors themselves.")
+
+
+# Code made while a run is on (compile, exec of a string, a code object built or replaced, marshal) under a file name
+# of the grader's, the simulator's, torch's or the standard library's would pass for theirs in every check that asks
+# whose line a frame is (_from_rank_code here, the ledger's call sites): refused, whatever the rest of the code.
+CODE_EVENTS = ("compile", "code.__new__")
+
+
+def _claims_to_be_ours(filename) -> bool:
+    name = filename.decode(errors="replace") if isinstance(filename, bytes) else str(filename or "")
+    return name.startswith(escapes.OURS) or name.startswith(escapes.PASSING) or name.startswith("<frozen")
+
+
+def _code_event(event: str, args) -> None:
+    who = escapes.caller()
+    filename = args[1] if len(args) > 1 else None
+    if who is not None and _claims_to_be_ours(filename) and _from_rank_code(sys._getframe(2)):
+        raise RankThreadError(
+            f"rank {who.rank} made code under the file name {filename!r} at {who.site()} ({event}): inside a rank, "
+            f"code is the rank's own, named for its own file. Code that claims to be the grader's, the simulator's, "
+            f"torch's or Python's would be measured as theirs, not the rank's. Call your own functions instead.")
+
+
+def _marshal_event(event: str, args) -> None:
+    who = escapes.caller()
+    if who is not None and _from_rank_code(sys._getframe(2)):
+        raise RankThreadError(
+            f"rank {who.rank} loaded code with marshal at {who.site()}: inside a rank, code is the rank's own, "
+            f"named for its own file (marshal can make code that claims to be another file's).")
 
 
 def refuse(who, what: str, kind: str):
@@ -138,3 +168,5 @@ def uninstall() -> None:
 
 escapes.HANDLERS.update(dict.fromkeys(PROCESS_EVENTS, _process_event))
 escapes.HANDLERS.update(dict.fromkeys(CTYPES_EVENTS, _ctypes_event))
+escapes.HANDLERS.update(dict.fromkeys(CODE_EVENTS, _code_event))
+escapes.HANDLERS["marshal.loads"] = _marshal_event
