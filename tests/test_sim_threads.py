@@ -132,6 +132,8 @@ SPOOFED = {  # code made under a file name that would pass for another's (allowe
     "torch's": lambda: torch.__file__,
     "Python's": lambda: threading.__file__,
     "frozen importlib's": lambda: "<frozen importlib._bootstrap>",
+    "the simulator's, relative": lambda: os.path.relpath(os.path.join(os.path.dirname(sim.__file__), "simulator",
+                                                                      "mode.py")),
 }
 
 

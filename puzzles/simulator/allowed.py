@@ -33,6 +33,7 @@ grader to defeat it: that is left to the batch mode's process isolation (docs/gr
 from __future__ import annotations
 
 import _thread
+import os
 import sys
 import threading
 
@@ -85,8 +86,13 @@ CODE_EVENTS = ("compile", "code.__new__")
 
 
 def _claims_to_be_ours(filename) -> bool:
+    """Whether a file name, as given or as the call sites resolve it (a relative name is taken from the working
+    folder: "grader/specs/..." is ours), is ours, torch's, Python's or frozen importlib's."""
     name = filename.decode(errors="replace") if isinstance(filename, bytes) else str(filename or "")
-    return name.startswith(escapes.OURS) or name.startswith(escapes.PASSING) or name.startswith("<frozen")
+    if name.startswith("<"):
+        return name.startswith("<frozen")
+    names = {name, os.path.abspath(name), os.path.realpath(name)}
+    return any(n.startswith(escapes.OURS) or n.startswith(escapes.PASSING) for n in names)
 
 
 def _code_event(event: str, args) -> None:
