@@ -9,10 +9,15 @@ parallel SGD, lr = 0.005; L = 4 blocks, d = 64, h = 256; b = 8 rows per rank and
     each step (its 4·8 rows), the loss averaged over them (float64, 1e-8 relative).
   - logged losses: `train` returns a tensor of the S losses, on every rank, each the whole batch's loss at the
     weights before its step.
+  - data loaded: every rank loads its S·b = 48 samples through the dataset it is given (each takes τ = 1,500
+    ticks, by the host or a worker; reading `dataset.tensors` directly loads nothing, which no real job can do).
   - no host sync: the host never waits for the device in `train` (torch.cuda.set_sync_debug_mode("error") would
     raise at the same lines: `.item()`, `float(t)`, `.tolist()`, `.cpu()`, printing a tensor, `x[mask]`, ...).
   - communication: the bytes each rank sends, at most S·2(N-1)/N·G + 1 KiB = 6 x 1,572,864 + 1,024 = 9,438,208
     bytes (G = 2·L·d·h·8 = 1,048,576 bytes, each step's gradients once; 1 KiB for scalars such as the losses).
+  - overlap: the communication during which a rank's compute stream runs nothing (or only copies), at most
+    S·2A = 6 x 2 x 816 = 9,792 ticks: in each step at most two blocks' all-reduces left with nothing under them
+    (the last block's gradients are written last; the rest run under the backward).
   - makespan: the whole run, at most b·τ + S·(C + A) + T = 12,000 + 6 x (9,987 + 816) + 2,996 = 79,814 ticks,
     where b·τ = 8 x 1,500 is the first batch's load (nothing runs before it), C = FB + U = 6,307 + 3,680 = 9,987
     ticks a step's compute (puzzle 7's: its forward and backward, and its update, each gradient averaged in

@@ -131,3 +131,37 @@ def test_without_a_host_the_loader_gives_the_batches_and_takes_no_time():
     result = sim.run(train, 1, args=(*ARGS, 0))
     assert not result.events_of(0, "host") and not result.events_of(0, "loader")
     assert result.makespan == sum(e.ticks for e in result.events_of(0, "compute"))
+
+
+def read_some(dist, x, y, w, how):
+    """Read the dataset's 20 samples one way or another; returns what the dataset counted."""
+    dataset = sim.TensorDataset(x, y, ticks_per_sample=100)
+    if how == "subset":  # through a wrapper of torch's: the samples it reads are the dataset's
+        for xb, _ in sim.DataLoader(tud.Subset(dataset, list(range(20))), batch_size=4):
+            xb @ w
+    elif how == "directly":  # the rank reads them itself: its host loads them, as num_workers=0 does
+        for i in range(0, 20, 4):
+            dataset[i:i + 4][0] @ w
+    elif how == "tensors":  # dataset.tensors: no sample is read (a puzzle that gives a dataset can tell)
+        for i in range(0, 20, 4):
+            dataset.tensors[0][i:i + 4] @ w
+    return dataset.samples_loaded
+
+
+@pytest.mark.parametrize("how", ["subset", "directly"])
+def test_a_sample_costs_its_load_however_it_is_read(how):
+    """A batch costs what the samples its fetch reads cost: through a Subset as directly; a sample the rank reads
+    itself costs its host the same (the blind attack on p21 read its data for free these ways)."""
+    result = sim.run(read_some, 1, args=(*ARGS, how), host=HOST)
+    loads = [e for e in result.events_of(0, "host") if e.kind == "load"]
+    assert result.results == [20] and sum(e.end - e.start for e in loads) == 20 * 100
+    assert result.makespan >= 20 * 100
+
+
+def test_reading_the_tensors_reads_no_sample_and_the_load_time_is_the_datas():
+    result = sim.run(read_some, 1, args=(*ARGS, "tensors"), host=HOST)
+    assert result.results == [0] and not [e for e in result.events_of(0, "host") if e.kind == "load"]
+    dataset = sim.TensorDataset(*ARGS[:2], ticks_per_sample=100)
+    with pytest.raises(AttributeError, match="ticks_per_sample is the data's"):
+        dataset.ticks_per_sample = 0
+    assert dataset.ticks_per_sample == 100

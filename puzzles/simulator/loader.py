@@ -18,8 +18,10 @@ is *who* loads them, and when, as in torch:
     worker 0  |== batch 0 ==|== batch 2 ==|      |== batch 4 ==|
     worker 1  |== batch 1 ==|== batch 3 ==|             |== batch 5 ==|
 
-A batch costs what its samples cost to load (read, decode, augment on one CPU core): the dataset's
-`ticks_per_sample` (sim.TensorDataset takes it; a dataset without one loads for free). The loading shows on the
+A batch costs what the samples its fetch reads cost to load (read, decode, augment on one CPU core): each sample of
+a sim.TensorDataset costs its `ticks_per_sample`, whether the loader reads it directly or through a Subset, a
+sampler or a wrapper of the learner's; a sample the rank reads itself costs its host the same (a dataset without
+ticks loads for free). The loading shows on the
 rank's "host" track (num_workers=0) or its "loader" track, one row per worker (events of stream "loader"); worker
 processes take no time to start here (torch's take seconds: persistent_workers=True keeps them across epochs).
 
@@ -30,6 +32,7 @@ On real processes (--backend torch) the same class gives the same batches, and n
 
 from __future__ import annotations
 
+import threading
 
 import torch
 import torch.utils.data as tud
@@ -41,13 +44,48 @@ _TORCH_PREFETCH = ("prefetch_factor option could only be specified in multiproce
 
 
 class TensorDataset(tud.TensorDataset):
-    """torch's TensorDataset, whose samples each take `ticks_per_sample` of a CPU core to load."""
+    """torch's TensorDataset, whose samples each take `ticks_per_sample` of a CPU core to load.
+
+    The cost is the sample's, wherever it is read: a DataLoader's batch costs the samples its fetch read (through
+    a Subset or a sampler of any kind alike), and a sample read by the rank itself (`dataset[i]`, `dataset[a:b]`)
+    costs its host that time at once, as num_workers=0 does. `samples_loaded` counts the samples read; reading
+    `dataset.tensors` directly reads none (and a puzzle that gives a dataset says whether it must all be loaded).
+    `ticks_per_sample` is the data's, read-only."""
 
     def __init__(self, *tensors: torch.Tensor, ticks_per_sample: int = 0):
         super().__init__(*tensors)
         if ticks_per_sample < 0:
             raise ValueError(f"ticks_per_sample must be at least 0, got {ticks_per_sample}")
-        self.ticks_per_sample = ticks_per_sample
+        self._ticks_per_sample = ticks_per_sample
+        self.samples_loaded = 0
+
+    @property
+    def ticks_per_sample(self) -> int:
+        return self._ticks_per_sample
+
+    @ticks_per_sample.setter
+    def ticks_per_sample(self, value) -> None:
+        raise AttributeError("ticks_per_sample is the data's (how long one sample takes a CPU core to load): it is "
+                             "set when the dataset is made and cannot be changed")
+
+    def __getitem__(self, index):
+        sample = super().__getitem__(index)
+        first, source = sample[0], self.tensors[0]
+        n = first.shape[0] if first.dim() == source.dim() else 1  # rows read (a slice, a list, a mask) or one
+        self.samples_loaded += n
+        ticks = n * self._ticks_per_sample
+        meter = getattr(_measuring, "stack", None)
+        if meter:
+            meter[-1] += ticks  # a DataLoader's fetch: its batch costs what it read
+        elif ticks:
+            who = _rank_with_host()
+            if who is not None:  # the rank read it itself: its host loads it now (as num_workers=0)
+                who.host.work(who.clock, ticks, "load", who.site(), f"{n} sample{'s' * (n != 1)}",
+                              "dataset[...] read directly")
+        return sample
+
+
+_measuring = threading.local()  # per rank thread: the ticks of the fetches under way, innermost last
 
 
 class DataLoader:
@@ -82,9 +120,6 @@ class DataLoader:
     def __iter__(self):
         return _Batches(self)
 
-    def ticks_to_load(self, indices) -> int:
-        return len(indices) * getattr(self.dataset, "ticks_per_sample", 0)
-
 
 class _Batches:
     """One pass over the loader: which batch each worker loads, and when each is ready (see the top of the file).
@@ -97,7 +132,7 @@ class _Batches:
         self.who = _rank_with_host()
         self.log: list[tuple[str, int]] = []
         self.handed = self.taken = 0
-        self.ready: dict[int, tuple[list, int]] = {}  # batch number -> (its indices, the tick it is loaded)
+        self.ready: dict[int, tuple[object, int]] = {}  # batch number -> (the batch, the tick it is loaded)
         workers = loader.num_workers
         start = self.who.host.now if self.who is not None else 0
         self.free = [start] * workers
@@ -115,13 +150,14 @@ class _Batches:
         j, w = self.handed, self.handed % self.loader.num_workers
         self.handed += 1
         self.log.append(("dispatch", j))
+        batch, ticks = _fetch(self.loader, list(indices))  # the worker builds it in the background
         end = 0
         if self.who is not None:
             begin = max(self.who.host.now, self.free[w])
-            end = self.free[w] = begin + self.loader.ticks_to_load(indices)
+            end = self.free[w] = begin + ticks
             if end > begin:
                 self.who.clock.events.append(_event(self.who.rank, "loader", begin, end, w, j, self.who))
-        self.ready[j] = (list(indices), end)
+        self.ready[j] = (batch, end)
 
     def __next__(self):
         who = self.who
@@ -130,19 +166,19 @@ class _Batches:
             i = self.handed
             self.handed += 1
             self.log.append(("dispatch", i))
+            batch, ticks = _fetch(self.loader, list(indices))
             if who is not None:
-                who.host.work(who.clock, self.loader.ticks_to_load(indices), "load", who.site(), f"batch {i}",
-                              "DataLoader (num_workers=0)")
+                who.host.work(who.clock, ticks, "load", who.site(), f"batch {i}", "DataLoader (num_workers=0)")
         else:
             i = self.taken
             if i not in self.ready:
                 raise StopIteration
-            indices, end = self.ready.pop(i)
+            batch, end = self.ready.pop(i)
             if who is not None:
                 who.host.wait_for(who.clock, end, "wait for data", who.site(), f"batch {i}",
                                   f"DataLoader: batch {i} from worker {i % self.loader.num_workers}")
         self.taken = i + 1
-        batch = _collate(self.loader, indices)
+        _adopt(batch)
         if self.loader.num_workers:
             self._hand_out()  # as torch's iterator: one more batch handed out before the loop gets this one
         self.log.append(("yield", i))
@@ -174,18 +210,33 @@ def _rank_with_host():
     return who if who is not None and getattr(who, "host", None) is not None else None
 
 
-def _collate(loader: DataLoader, indices: list):
-    """The batch, built off the device's books (loading is the host's work) and charged to the rank that takes it."""
+def _fetch(loader: DataLoader, indices: list):
+    """(the batch, the ticks its samples took to load): built off the device's books (loading is the host's work,
+    or a worker's), what it read measured by the samples themselves (TensorDataset.__getitem__)."""
+    stack = _measuring.__dict__.setdefault("stack", [])
+    stack.append(0)
+    try:
+        who = guards.caller()
+        if who is None:
+            batch = loader.collate_fn([loader.dataset[i] for i in indices])
+        else:
+            quiet, _ = _off_the_books(who)
+            with quiet:
+                batch = loader.collate_fn([loader.dataset[i] for i in indices])
+    finally:
+        ticks = stack.pop()
+    return batch, ticks
+
+
+def _adopt(batch) -> None:
+    """The batch is the rank's from the moment the loop takes it (copied to the device then)."""
     who = guards.caller()
     if who is None:
-        return loader.collate_fn([loader.dataset[i] for i in indices])
-    quiet, storage = _off_the_books(who)
-    with quiet:
-        batch = loader.collate_fn([loader.dataset[i] for i in indices])
+        return
+    _, storage = _off_the_books(who)
     site = f"{who.site()}  (a batch from the DataLoader)"
     for t in _tensors(batch):
         storage.adopt(t.untyped_storage(), who.rank, site)
-    return batch
 
 
 def _off_the_books(who):

@@ -24,6 +24,7 @@ C = FB + U  # 9,987
 A = 816  # one block's all-reduce: 2(N-1)·8 + 2(N-1)/N·(2·d·h·8)/512
 TOLERANCE = STEPS * C // 20  # 5% of S·C: 2,996
 MAKESPAN_BUDGET = FIRST_LOAD + STEPS * (C + A) + TOLERANCE  # 79,814
+OVERLAP_BUDGET = STEPS * 2 * A  # 9,792: the communication with no compute under it, at most two blocks' a step
 
 
 def make_inputs(seed: int) -> dict:

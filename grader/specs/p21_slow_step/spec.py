@@ -19,7 +19,7 @@ from puzzles.sim import CostModel, HostProfile, TensorDataset
 
 from ...core.compare import TOLERANCE_TEXT, safe_diagnosis, tensor_mismatch
 from ...core.result import Budget, Check, fmt
-from ...core.rules import BOOKKEEPING_BYTES, communication_check
+from ...core.rules import BOOKKEEPING_BYTES, communication_check, idle_work
 from ...core.spec import Observation, PuzzleSpec
 from . import layout as lay
 
@@ -32,7 +32,7 @@ class SlowStep(PuzzleSpec):
     entries = ("train",)
     world_size = lay.N
     cost = COST
-    simulator_only = ("no host sync", "makespan")
+    simulator_only = ("no host sync", "overlap", "makespan")
     hints = ("Open the trace (--trace p21.json, in Perfetto): where the compute track is empty, the host track says "
              "what the host was doing instead (a sync and its line, a batch it loaded itself), and the "
              "communication track what the device waited for.",
@@ -57,9 +57,11 @@ class SlowStep(PuzzleSpec):
         def run(dist, lr, x, target, layers):
             layers = [(w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_())
                       for w1, w2 in layers]
-            losses = train(dist, TensorDataset(x, target, ticks_per_sample=lay.TAU), layers, lr)
+            dataset = TensorDataset(x, target, ticks_per_sample=lay.TAU)
+            losses = train(dist, dataset, layers, lr)
             return {"weights": [(w1.detach().clone(), w2.detach().clone()) for w1, w2 in layers],
-                    "losses": losses.detach().clone() if isinstance(losses, torch.Tensor) else losses}
+                    "losses": losses.detach().clone() if isinstance(losses, torch.Tensor) else losses,
+                    "loaded": (dataset.samples_loaded, dataset.ticks_per_sample)}
 
         return run
 
@@ -69,6 +71,10 @@ class SlowStep(PuzzleSpec):
                 "communication", f"S·2(N-1)/N·G + {BOOKKEEPING_BYTES:,} bytes: S = {lay.STEPS} steps, each one "
                 f"all-reduce of the gradients (G = 2·L·d·h·8 = {lay.GRADIENT_BYTES:,} bytes); 1 KiB for scalars",
                 lay.STEPS * lay.ALL_REDUCE_BYTES + BOOKKEEPING_BYTES, "bytes"),
+            "overlap": Budget(
+                "overlap", f"S·2A: S = {lay.STEPS} steps, in each at most two blocks' all-reduces A = {lay.A} left "
+                f"with nothing under them (the last block's gradients are written last)", lay.OVERLAP_BUDGET,
+                "ticks"),
             "makespan": Budget(
                 "makespan", f"b·τ + S·(C + A) + T: the first batch's load b·τ = {lay.FIRST_LOAD:,}, S = {lay.STEPS} "
                 f"steps of compute C = FB + U = {lay.FB:,} + {lay.U:,} = {lay.C:,} and one block's all-reduce A = "
@@ -79,8 +85,39 @@ class SlowStep(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         res = [r if isinstance(r, dict) else {} for r in obs.results]
         budgets = self.budgets(inputs)
-        return [self.check_weights(res, ref), self.check_losses(res, ref), self.check_syncs(obs),
-                communication_check(obs, budgets["communication"]), self.check_makespan(obs, budgets["makespan"])]
+        return [self.check_weights(res, ref), self.check_losses(res, ref), self.check_loading(res),
+                self.check_syncs(obs), communication_check(obs, budgets["communication"]),
+                self.check_overlap(obs, budgets["overlap"]), self.check_makespan(obs, budgets["makespan"])]
+
+    def check_loading(self, res) -> Check:
+        name = "data loaded"
+        want = lay.STEPS * lay.B
+        for rank, r in enumerate(res):
+            read, ticks = r.get("loaded") or (0, lay.TAU)
+            if ticks != lay.TAU:
+                return Check(name, False, f"rank {rank}'s dataset took {ticks:,} ticks a sample to load where the "
+                             f"data takes {lay.TAU:,}: how long loading takes is the data's, not the answer's.")
+            if read < want:
+                return Check(name, False, f"rank {rank} loaded {read} of its {want} samples through its dataset "
+                             f"(the rest it took some other way, such as dataset.tensors, which a real job cannot: "
+                             f"its samples come from disk and must be decoded, {lay.TAU:,} ticks each).",
+                             diagnosis="Iterate over a DataLoader of the dataset you are given (its workers load "
+                                       "the batches in the background), not over its tensors.")
+        return Check(name, True, f"every rank loaded its {want} samples through its dataset ({lay.TAU:,} ticks "
+                                 f"each, by the host or a worker)")
+
+    def check_overlap(self, obs: Observation, budget: Budget) -> Check:
+        exposed = {r: _exposed_communication(obs, r) + idle_work(obs, r, COST.device)[0]
+                   for r in range(obs.world_size)}
+        rank = max(exposed, key=exposed.get)
+        ok = exposed[rank] <= budget.value
+        message = (f"rank {rank}'s compute stream ran nothing (or only copies) for {fmt(exposed[rank], 'ticks')} "
+                   f"of its communication, {'within' if ok else 'over'} the budget {budget.describe()}")
+        diagnosis = "" if ok else (
+            "The gradients' all-reduces ran while the device had nothing else to do: issue each one during "
+            "backward, as soon as its gradient is written (register_post_accumulate_grad_hook, async_op=True), "
+            "and wait for them only before the update, so that they run under the rest of backward (puzzle 7).")
+        return Check("overlap", ok, message, measured=exposed[rank], budget=budget, diagnosis=diagnosis)
 
     def check_weights(self, res, ref) -> Check:
         name = "weights"
