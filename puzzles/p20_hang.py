@@ -1,4 +1,4 @@
-# Generated from solutions/p20_hang.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 15c1e986489c)
+# Generated from solutions/p20_hang.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest fde113a26acc)
 """Puzzle 20 — The hang: a collective timeout, read with the flight recorder.
 
 The task: `train_step` below, as handed to you, hangs. Find out why with the flight recorder, and fix it so that
@@ -12,6 +12,9 @@ h = 64; 8 rows per rank and step):
   - communication: the bytes each rank sends, at most k·2(N-1)/N·G + 1 KiB = 8 x 98,304 + 1,024 = 787,456 bytes
     (k = 8 steps, each one all-reduce of the gradients, G = 2·L·d·h·8 = 65,536 bytes; 1 KiB for scalars such as a
     count of rows or the loss).
+  - compute: the FLOPs each rank computes, at most 1.5·k·12·L·d·h·r = 1.5 x 8 x 12 x 2 x 32 x 64 x 8 = 4,718,592
+    (a forward and backward, 12·L·d·h FLOPs a row, on the rank's own r = 8 rows at each step, padding included,
+    and half as much again): each rank computes its own share, not the whole batch's.
   - no hang: the job's collective timeout is 1,000,000 ticks (1 ms: init_process_group(timeout=...)). A run that
     hangs fails at its timeout; a longer one only waits longer, so the timeout is not what to change.
 

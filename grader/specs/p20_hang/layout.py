@@ -28,6 +28,8 @@ F64 = 8
 GRADIENT_BYTES = 2 * L * D * H * F64  # every weight's gradient, float64: 65,536 bytes
 ALL_REDUCE_BYTES = 2 * (N - 1) * GRADIENT_BYTES // N  # what a rank sends in an all-reduce of them: 98,304
 STEPS_IN_ALL = len(RUNS) * STEPS
+SHARE_FLOPS = STEPS_IN_ALL * 12 * L * D * H * ROWS  # a forward and backward on the rank's ROWS rows at every step
+COMPUTE_CEILING = 3 * SHARE_FLOPS // 2  # 4,718,592: half as much again (a second forward to log, elementwise ops)
 TIMEOUT_TICKS = 1_000_000  # the job's collective timeout (init_process_group's timeout=): 1 ms at a tick a ns
 
 

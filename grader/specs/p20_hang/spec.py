@@ -20,7 +20,7 @@ from puzzles.sim import CostModel
 
 from ...core.compare import TOLERANCE_TEXT, safe_diagnosis, tensor_mismatch
 from ...core.result import Budget, Check
-from ...core.rules import BOOKKEEPING_BYTES, communication_check
+from ...core.rules import BOOKKEEPING_BYTES, communication_check, compute_check
 from ...core.spec import Observation, PuzzleSpec
 from . import layout as lay
 from .diagnoses import diagnose_communication, diagnose_loss, diagnose_weights
@@ -76,7 +76,11 @@ class Hang(PuzzleSpec):
         return run
 
     def budgets(self, inputs):
-        return {"communication": Budget(
+        return {"compute": Budget(
+            "compute", f"1.5·k·12·L·d·h·r FLOPs: k = {lay.STEPS_IN_ALL} steps of a forward and backward (12·L·d·h "
+            f"FLOPs a row) on the rank's own r = {lay.ROWS} rows, padding included, and half as much again",
+            lay.COMPUTE_CEILING, "count"),
+            "communication": Budget(
             "communication", f"k·2(N-1)/N·G + {BOOKKEEPING_BYTES:,} bytes: k = {lay.STEPS_IN_ALL} steps in all, each "
             f"one all-reduce of the gradients (G = 2·L·d·h·8 = {lay.GRADIENT_BYTES:,} bytes); 1 KiB for scalars (a "
             f"count of rows, the loss)", lay.STEPS_IN_ALL * lay.ALL_REDUCE_BYTES + BOOKKEEPING_BYTES, "bytes")}
@@ -86,7 +90,8 @@ class Hang(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         res = [r if isinstance(r, dict) else {} for r in obs.results]
         return [self.check_weights(res, ref, inputs), self.check_losses(res, inputs),
-                communication_check(obs, self.budgets(inputs)["communication"], diagnose=diagnose_communication)]
+                communication_check(obs, self.budgets(inputs)["communication"], diagnose=diagnose_communication),
+                compute_check(obs, self.budgets(inputs)["compute"], _diagnose_compute)]
 
     def check_weights(self, res, ref, inputs) -> Check:
         """The first (run, step, rank, weight) that differs from the serial run, and the mistake that explains that
@@ -134,6 +139,14 @@ class Hang(PuzzleSpec):
                                      diagnosis=safe_diagnosis(diagnose_loss, inputs, run, s, rank, before, got))
         return Check(name, True, f"every rank's loss at each of the {lay.STEPS_IN_ALL} steps is the loss over every "
                                  f"rank's real rows at its weights before the step ({TOLERANCE_TEXT})")
+
+
+def _diagnose_compute(rank: int, forward: int, backward: int) -> str:
+    times = (forward + backward) / lay.SHARE_FLOPS
+    return (f"rank {rank} computed {times:.1f}x a forward and backward on its own {lay.ROWS} rows at every step: "
+            f"it computed other ranks' rows too (gathered their data, or replayed the whole step). The whole "
+            f"batch's gradient is the sum of each rank's share: each computes its own rows' gradient (zeros for "
+            f"padding) and one all-reduce adds them")
 
 
 def _weights_at(r: dict, run: str, s: int) -> list:

@@ -192,6 +192,10 @@ def _losses_diagnosis(got, expected, own) -> str:
         return f"train returns {type(got).__name__}: return the {lay.STEPS} losses as one tensor (torch.stack)."
     if got.shape != expected.shape:
         return f"train returned a tensor of shape {list(got.shape)}: one loss per step, shape [{lay.STEPS}]."
+    if got.dtype != expected.dtype or torch.allclose(got.double(), expected, rtol=1e-4):
+        return (f"the losses are right to {float(((got.double() - expected).abs() / expected.abs()).max()):.1e} "
+                f"but rounded ({got.dtype}, or computed in float32 on the way): compute and log them in float64, "
+                f"the weights' dtype.")
     if torch.allclose(got, own, rtol=1e-8):
         return "each loss is this rank's own (its 8 rows): all-reduce the losses (once, after the loop) and divide by N."
     if torch.allclose(got * lay.N, expected, rtol=1e-8):
