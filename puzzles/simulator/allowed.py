@@ -18,6 +18,11 @@ that watches one thread per rank. So while a run is on, a rank's own code may do
                            the op and the line (mode.py), never a guessed charge
     the mode stays on      no switch that takes torch's dispatch modes off; no files written, no memory mapped
                            (escapes.py)
+    frames and objects     no frame taken (sys._getframe, inspect's frames, a traceback's or a generator's
+                           frame), no tracer or profiler set, no list of the process's objects (gc): each reaches
+                           the simulator's own state below the rank's code. traceback.print_exc, logging and
+                           warnings take frames for their own work and run as before (here)
+    code                   no code made under a file name of ours, torch's or Python's (here)
 
 The grader's and the simulator's own code (the checkpoint disk, the supervisor), torch's code called by them, and
 a library's code run while it is imported are not the rank's and are let through. How the rules are enforced:
@@ -33,12 +38,14 @@ grader to defeat it: that is left to the batch mode's process isolation (docs/gr
 from __future__ import annotations
 
 import _thread
+import inspect
 import os
 import sys
 import threading
+import traceback
 
 from . import escapes
-from .types import HiddenMemoryError, RankThreadError
+from .types import HiddenMemoryError, IsolationError, RankThreadError
 
 try:
     import _posixsubprocess
@@ -113,6 +120,59 @@ def _marshal_event(event: str, args) -> None:
             f"named for its own file (marshal can make code that claims to be another file's).")
 
 
+# Frames and the objects behind them: a frame reaches every frame below it (f_back) and their locals, the
+# simulator's own among them (its world, the clock, the ledger), and a tracer or the garbage collector's lists reach
+# everything. A rank's own code may take no frame (sys._getframe, inspect's frames, a traceback's or a generator's
+# frame) and may not trace, profile or list the objects of the process. Code that takes frames for its own work
+# (logging's caller, traceback.print_exc, torch) runs as before: the rule asks who takes the frame, not who asked.
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+OBSERVER_EVENTS = {"sys._current_frames": "sys._current_frames()", "sys.settrace": "sys.settrace",
+                   "sys.setprofile": "sys.setprofile", "gc.get_objects": "gc.get_objects()",
+                   "gc.get_referrers": "gc.get_referrers()", "gc.get_referents": "gc.get_referents()"}
+_INSPECT = inspect.__file__
+_TRACEBACK = traceback.__file__
+_busy = threading.local()  # (the rule itself takes a frame: not refused, and not asked again)
+
+
+def _takes_frames_for(frame) -> bool:
+    """Whether the frame that took a frame is the rank's own code, looking through inspect's functions and
+    traceback's walk_stack/walk_tb (which hand frames on to their caller)."""
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_filename
+        if name == _INSPECT or (name == _TRACEBACK and code.co_name in ("walk_stack", "walk_tb")):
+            frame = frame.f_back
+            continue
+        return not (name.startswith(escapes.OURS) or name.startswith(escapes.PASSING) or name.startswith("<frozen"))
+    return False
+
+
+def _frame_event(event: str, args) -> None:
+    if event == "object.__getattr__" and (len(args) < 2 or args[1] not in FRAME_ATTRIBUTES):
+        return  # (every f_code read raises this event: the common case returns first)
+    if getattr(_busy, "on", False):
+        return
+    _busy.on = True
+    try:
+        who = escapes.caller()
+        if who is None:
+            return
+        frame = sys._getframe(2)
+        if event in OBSERVER_EVENTS:
+            refused, what = _from_rank_code(frame), OBSERVER_EVENTS[event]
+        else:
+            refused = _takes_frames_for(frame)
+            what = "sys._getframe (inspect's frames)" if event == "sys._getframe" else f".{args[1]}"
+    finally:
+        _busy.on = False
+    if refused:
+        raise IsolationError(
+            f"rank {who.rank} took {what} at {who.site()}: inside a rank, the stack below your code is the "
+            f"simulator's (its clock, its memory ledger), and a frame, a tracer or the garbage collector's lists "
+            f"reach all of it. No puzzle needs them: to see where an error came from, print it "
+            f"(traceback.print_exc() works).")
+
+
 def refuse(who, what: str, kind: str):
     raise RankThreadError(f"rank {who.rank} started {what} at {who.site()}: {_WHY} {_INSTEAD[kind]}")
 
@@ -176,3 +236,4 @@ escapes.HANDLERS.update(dict.fromkeys(PROCESS_EVENTS, _process_event))
 escapes.HANDLERS.update(dict.fromkeys(CTYPES_EVENTS, _ctypes_event))
 escapes.HANDLERS.update(dict.fromkeys(CODE_EVENTS, _code_event))
 escapes.HANDLERS["marshal.loads"] = _marshal_event
+escapes.HANDLERS.update(dict.fromkeys(("sys._getframe", "object.__getattr__", *OBSERVER_EVENTS), _frame_event))
