@@ -187,11 +187,8 @@ def _forged_observe(spec, module, inputs, seed):
 _bs.observe_module = _forged_observe
 '''
     world = '''
-_gc = __import__("g" + "c")
-_Ledger = __import__("puzzles.simulator.memory", fromlist=["_"]).Ledger
-for _obj in getattr(_gc, "get_" + "objects")():
-    if isinstance(_obj, _Ledger):
-        _obj.peak = 8
+_ledger = __import__("puzzles.sim", fromlist=["_"]).current_ledger()  # (the garbage collector's list is refused)
+_ledger.peak = 8
 '''
     fake = "\\x1b[2K\\r[9/9] alice: 8 passed, 0 failed, 0 errors, 0 not attempted (FAKE-PROGRESS)\\x1b[31m"
     # Forgers: each rewrites its own record as it leaves the process (every event's times halved, the makespan

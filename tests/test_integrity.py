@@ -222,13 +222,13 @@ def sys_trace_of_a_coverage_tool() -> bool:
     return sys.gettrace() is not None and "coverage" in type(sys.gettrace()).__module__
 
 
-def test_a_rank_that_installs_a_hook_in_its_own_thread_is_tampering(tmp_path):
+def test_a_rank_that_installs_a_hook_in_its_own_thread_is_refused(tmp_path):
     """A rank's thread runs the simulator's and the spec's code after the learner's: a hook installed there would
-    see (and could change) what they measure."""
+    see (and could change) what they measure. The rank's rules refuse it where it is set (allowed.py)."""
     body = P3_WRONG.split(P3_IMPORTS)[1].replace(
         "lr):\n", "lr):\n    getattr(__import__('sys'), 'set' + 'profile')(lambda *a: None)\n", 1)
     result, message = grade(tmp_path, "p3", P3_IMPORTS + body)
-    assert result.status == TAMPERED and "sys.setprofile" in result.error and "rank 0" in result.error, message
+    assert result.status == "error" and "rank 0 took sys.setprofile" in result.error, message
 
 
 @pytest.mark.parametrize("cheat", [

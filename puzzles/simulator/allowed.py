@@ -147,6 +147,11 @@ def _takes_frames_for(frame) -> bool:
     return False
 
 
+def _ours(function) -> bool:
+    code = getattr(function, "__code__", None)
+    return code is not None and code.co_filename.startswith(escapes.OURS)
+
+
 def _frame_event(event: str, args) -> None:
     if event == "object.__getattr__" and (len(args) < 2 or args[1] not in FRAME_ATTRIBUTES):
         return  # (every f_code read raises this event: the common case returns first)
@@ -158,6 +163,9 @@ def _frame_event(event: str, args) -> None:
         if who is None:
             return
         frame = sys._getframe(2)
+        if event in ("sys.settrace", "sys.setprofile") and _ours(sys.gettrace() if event == "sys.settrace" else
+                                                                 sys.getprofile()):
+            return  # a tracer of ours set or cleared (by Python itself, when it raises: grader/core/probe.py)
         if event in OBSERVER_EVENTS:
             refused, what = _from_rank_code(frame), OBSERVER_EVENTS[event]
         else:
