@@ -49,7 +49,8 @@ def _grade(tmp_path, mode):
 
 def _common(p3, alive):
     assert alive == []  # the daemons are dead when the batch returns, the one that killed its warden and zygote too
-    assert p3["alice"].status == "pass" and p3["daemon"].status == "pass"
+    assert p3["alice"].status == "pass"
+    assert p3["daemon"].status == "tampered"  # it lifted the rank's rules to start its daemon (batch_attacks.py)
     assert p3["zalice"].status == "pass"  # graded after the killer, by a worker started afresh if it had to be
     assert p3["looper"].status == "error" and p3["looper"].error.startswith(f"stopped after {LIMIT} s")
     assert p3["exiter"].status == "error" and "sys.exit(0)" in p3["exiter"].error

@@ -174,11 +174,14 @@ def _frame_event(event: str, args) -> None:
     finally:
         _busy.on = False
     if refused:
+        debugger = (" A debugger sets one (breakpoint(), pdb): inside a rank, print what you want to see, or "
+                    "step through your function outside sim.run." if event in ("sys.settrace", "sys.setprofile")
+                    else "")
         raise IsolationError(
             f"rank {who.rank} took {what} at {who.site()}: inside a rank, the stack below your code is the "
             f"simulator's (its clock, its memory ledger), and a frame, a tracer or the garbage collector's lists "
             f"reach all of it. No puzzle needs them: to see where an error came from, print it "
-            f"(traceback.print_exc() works).")
+            f"(traceback.print_exc() works).{debugger}")
 
 
 def refuse(who, what: str, kind: str):
