@@ -131,7 +131,7 @@ OBSERVER_EVENTS = {"sys._current_frames": "sys._current_frames()", "sys.settrace
                    "gc.get_referrers": "gc.get_referrers()", "gc.get_referents": "gc.get_referents()"}
 _INSPECT = inspect.__file__
 _TRACEBACK = traceback.__file__
-_busy = threading.local()  # (the rule itself takes a frame: not refused, and not asked again)
+_busy = threading.local()  # on: the rule itself, or the dispatch mode once per op, takes a frame (not asked again)
 
 
 def _takes_frames_for(frame) -> bool:
@@ -152,9 +152,12 @@ def _ours(function) -> bool:
     return code is not None and code.co_filename.startswith(escapes.OURS)
 
 
-def _frame_event(event: str, args) -> None:
-    if event == "object.__getattr__" and (len(args) < 2 or args[1] not in FRAME_ATTRIBUTES):
-        return  # (every f_code read raises this event: the common case returns first)
+def _frame_attribute(event: str, args) -> None:
+    if len(args) > 1 and args[1] in FRAME_ATTRIBUTES:  # (every f_code read raises this event: most return here)
+        _frame_event(event, args, 3)
+
+
+def _frame_event(event: str, args, depth: int = 2) -> None:
     if getattr(_busy, "on", False):
         return
     _busy.on = True
@@ -162,7 +165,7 @@ def _frame_event(event: str, args) -> None:
         who = escapes.caller()
         if who is None:
             return
-        frame = sys._getframe(2)
+        frame = sys._getframe(depth)  # (the frame that asked: past this function, _frame_attribute, the hook)
         if event in ("sys.settrace", "sys.setprofile") and _ours(sys.gettrace() if event == "sys.settrace" else
                                                                  sys.getprofile()):
             return  # a tracer of ours set or cleared (by Python itself, when it raises: grader/core/probe.py)
@@ -247,4 +250,5 @@ escapes.HANDLERS.update(dict.fromkeys(PROCESS_EVENTS, _process_event))
 escapes.HANDLERS.update(dict.fromkeys(CTYPES_EVENTS, _ctypes_event))
 escapes.HANDLERS.update(dict.fromkeys(CODE_EVENTS, _code_event))
 escapes.HANDLERS["marshal.loads"] = _marshal_event
-escapes.HANDLERS.update(dict.fromkeys(("sys._getframe", "object.__getattr__", *OBSERVER_EVENTS), _frame_event))
+escapes.HANDLERS.update(dict.fromkeys(("sys._getframe", *OBSERVER_EVENTS), _frame_event))
+escapes.HANDLERS["object.__getattr__"] = _frame_attribute

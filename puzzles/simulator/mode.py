@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import escapes, guards, host
+from . import allowed, escapes, guards, host
 from .clock import _RECORD_ENTER, _RECORD_EXIT, FREE, charge_op, follow_labels, op_dtype, slowed
 from .guards import storages_of
 from .memory import AT_IMPORT
@@ -74,6 +74,9 @@ class _Op:
         self.item = func is _ITEM
         self.rule = None  # how op_costs charges it (rule_for), looked up the first time it is charged
         self.name = func.overloadpacket.__name__
+
+
+_OWN = allowed._busy
 
 
 class _RankMode(TorchDispatchMode):
@@ -149,7 +152,11 @@ class _RankMode(TorchDispatchMode):
         else:
             # The learner's line and the phase, found once for the ledger and the clock (allocation_site and
             # charge_compute find them with the same walk from further down, past the simulator's own frames).
-            where = world.sites.site_at(sys._getframe(1))
+            _OWN.on = True  # (the frame rule's own work: allowed.py; this is the simulator's frame, once per op)
+            try:
+                where = world.sites.site_at(sys._getframe(1))
+            finally:
+                _OWN.on = False
             node = _AUTOGRAD_NODE()
             allocated = where if node is None else f"{where}  [backward: {node.name()}]"
         for t in _tensors_out(out):  # new storages, and storages an op grew in place (resize_, out=, set_)
