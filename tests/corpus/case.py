@@ -58,6 +58,13 @@ class Case:
         cases run in groups of their own, with a short time limit."""
         return self.relation != SAME
 
+    @property
+    def may_hang(self) -> bool:
+        """Whether gloo may leave a rank waiting until its time limit (a partner raised, hung or died): only such a
+        case runs under the short limit; one whose gloo outcomes all return (wrong or right values, a lost
+        message) gets the ordinary limit, so that a loaded machine cannot make it look hung."""
+        return bool(self.gloo & {RAISED, HUNG, DIED})
+
 
 def case(ranks: int, *, sim: type | None = None, gloo=(), fixed=None, why: str = "", relation: str | None = None):
     """Register `fn` as a corpus case (see the module's docstring); returns `fn` itself."""
