@@ -236,6 +236,11 @@ _FUSED_OPTIMIZERS = {p: n for names, n in ((("_fused_adam", "_fused_adam_", "_fu
 
 _POINTWISE = getattr(torch.Tag, "pointwise", None)
 _REDUCTION = getattr(torch.Tag, "reduction", None)
+# torch before the reduction tag (2.2, the oldest supported) charges the ops a later torch tags so, by name
+_REDUCTION_PACKETS = frozenset() if _REDUCTION is not None else frozenset(
+    getattr(_aten, name) for name in ("all", "amax", "amin", "aminmax", "any", "argmax", "argmin", "count_nonzero",
+                                      "linalg_vector_norm", "logsumexp", "max", "mean", "min", "nansum", "norm",
+                                      "prod", "std", "std_mean", "sum", "var", "var_mean") if hasattr(_aten, name))
 
 SOFTMAX_FLOPS, SOFTMAX_BACKWARD_FLOPS = 5, 4  # per element: max, subtract, exp, sum, divide / (g - sum(g·y))·y
 NORM_FLOPS, NORM_BACKWARD_FLOPS = 8, 16  # per element: mean, centre, square, sum, rsqrt, scale, affine (2)
@@ -558,7 +563,7 @@ def rule_of(func):
     tags = _tags(func, packet)
     if _POINTWISE is not None and _POINTWISE in tags:
         return like, "per output", 1, "elementwise"
-    if _REDUCTION is not None and _REDUCTION in tags:
+    if (_REDUCTION is not None and _REDUCTION in tags) or packet in _REDUCTION_PACKETS:
         return like, "per input", 1, "reduction"
     if packet in _PER_ELEMENT:
         return like, "per element", 1, "other"
