@@ -98,8 +98,12 @@ def _claims_to_be_ours(filename) -> bool:
     name = filename.decode(errors="replace") if isinstance(filename, bytes) else str(filename or "")
     if name.startswith("<"):
         return name.startswith("<frozen")
-    names = {name, os.path.abspath(name), os.path.realpath(name)}
-    return any(n.startswith(escapes.OURS) or n.startswith(escapes.PASSING) for n in names)
+    return any(_not_the_ranks(n) for n in {name, os.path.abspath(name), os.path.realpath(name)})
+
+
+def _not_the_ranks(filename: str) -> bool:
+    """Whether code of this file is ours, torch's, Python's or frozen importlib's (never a rank's own)."""
+    return filename.startswith(escapes.OURS) or filename.startswith(escapes.PASSING) or filename.startswith("<frozen")
 
 
 def _code_event(event: str, args) -> None:
@@ -143,7 +147,7 @@ def _takes_frames_for(frame) -> bool:
         if name == _INSPECT or (name == _TRACEBACK and code.co_name in ("walk_stack", "walk_tb")):
             frame = frame.f_back
             continue
-        return not (name.startswith(escapes.OURS) or name.startswith(escapes.PASSING) or name.startswith("<frozen"))
+        return not _not_the_ranks(name)
     return False
 
 
