@@ -1,7 +1,7 @@
 """Where the project's own tests spend their time: per file, from a run of the suite (or from its JUnit XML).
 
     python bench/bench_suite.py                        # runs `pytest tests` with --junitxml, then prints the table
-    python bench/bench_suite.py -- -m slow             # the slow step instead (anything after -- goes to pytest)
+    python bench/bench_suite.py -- tests -m slow       # the slow step instead (anything after -- goes to pytest)
     python bench/bench_suite.py --read run.xml         # the table of a run made before
     python bench/bench_suite.py --keep run.xml         # keep the run's JUnit XML (each test's time)
 

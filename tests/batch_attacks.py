@@ -108,7 +108,8 @@ _time.sleep(1)  # (the daemon's work is done before this puzzle goes on)
 
 
 def attack_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[str, str]]:
-    """{submission: {puzzle: source}}; puzzles left out are the reference solutions (they must still pass)."""
+    """{submission: {puzzle: source}}; write_class hands in the reference solution for a puzzle left out where the
+    submission is one of the WITNESSES (it must still pass)."""
     grader_root = str(REPO)
     read_others = f'''
 import glob as _glob, os as _os, shutil as _sh
@@ -291,13 +292,20 @@ _os._exit(0)
     }
 
 
+# The submissions whose tests assert that an attack costs its own puzzle only: they hand in the reference solution
+# for every puzzle they do not attack, which must still pass. The others hand in their attacks alone (the rest is
+# "not handed in", which costs the batch no grading): half the gradings of handing in all four everywhere.
+WITNESSES = ("alice", "exit_import", "exit_rank", "looper", "hog", "starter")
+
+
 def write_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[str, str]]:
     attacks = attack_class(subs, results, marker)
     for name, files in attacks.items():
         folder = subs / name
         folder.mkdir(parents=True)
         for pid in PUZZLES:
-            (folder / FILES[pid]).write_text(files.get(pid, solution(pid)))
+            if pid in files or name in WITNESSES:
+                (folder / FILES[pid]).write_text(files.get(pid, solution(pid)))
     return attacks
 
 

@@ -1,7 +1,8 @@
 """The batch sandbox's threat model, held by adversarial submissions (tests/batch_attacks.py): each tries to break
 one guarantee, and each test says which guarantee and how it must fail.
 
-One class of 23 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7) with a
+One class of 23 submissions, graded once by `python -m grader batch` on four puzzles (p1, p3, p4, p7; a submission
+hands in the puzzles it attacks, and the witnesses of "costs that puzzle only" the references too) with a
 30-second limit per puzzle and two jobs. The limit is generous on purpose: every honest puzzle must finish
 within it on a busy machine (an honest puzzle takes under a second when the machine is quiet, and 10 s once
 proved too short under load); only the looper, the deliberate endless loop, uses it up, on one of the two jobs
@@ -109,7 +110,7 @@ def test_a_daemon_cannot_rewrite_the_results(isolated):
 
 def test_a_grandchild_holding_stderr_cannot_make_the_batch_wait(graded):
     row = graded["rows"]["mallory_stderr"]
-    assert row["seconds"] < TIMEOUT, row  # four puzzles, none waited for the grandchild
+    assert row["seconds"] < TIMEOUT, row  # its puzzles did not wait for the grandchild
     lifted(graded, "mallory_stderr", "p1")
 
 

@@ -178,9 +178,17 @@ def test_grading_a_notebook_sees_helpers_in_any_cell_and_recovers_lost_tags(tmp_
         c["id"] = f"x{i}"
     path = tmp_path / "untagged.ipynb"
     path.write_text(json.dumps(raw))
+    # Every puzzle's cell found again without its tag (the same cells as the tagged notebook's, p3's as edited):
+    # from there a file is made as for any notebook, which test_grading_a_notebook_file_as_shipped_and_solved
+    # grades for every puzzle. Here p3 (its helper in the last cell) and the last puzzle are graded.
+    solved = tagged_sources(write(build_notebook(ROOT, solved=True), tmp_path / "solved.ipynb"))
+    found = tagged_sources(path)
+    assert set(found) == set(SPECS)
+    assert {p for p in SPECS if found[p] != solved[p]} == {"p3"}
     notes = []
-    results = grade_target(path, seed=3, notes=notes)
-    assert [r.status for r in results] == [PASS] * len(SPECS), [(r.id, r.error) for r in results]
+    last = list(SPECS)[-1]
+    results = grade_target(path, ["p3", last], seed=3, notes=notes)
+    assert [r.status for r in results] == [PASS] * 2, [(r.id, r.error) for r in results]
     assert notes == []
 
 

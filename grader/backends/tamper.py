@@ -51,6 +51,10 @@ WATCHED_CLASSES = ("torch.Tensor", "torch.storage.UntypedStorage", "torch.storag
 # torch and the standard library every module-level dict may gain entries: registries such as
 # copy.dispatch_table fill in lazily. Losing or changing an entry is still tampering.)
 GROWING = {"puzzles.simulator.op_costs._RULES"}
+_UNWATCHED_IN = {}  # UNWATCHED by module: {"sys": {"path", ...}}, so a fingerprint builds no dotted name per attribute
+for _dotted in UNWATCHED:
+    _UNWATCHED_IN.setdefault(_dotted.rpartition(".")[0], set()).add(_dotted.rpartition(".")[2])
+_NONE_UNWATCHED = frozenset()
 
 
 def _rule_is_its_own(func, rule) -> bool:
@@ -241,7 +245,9 @@ def _resolve(dotted: str):
 
 class Fingerprint:
     """What the watched modules (and any `extra` module a caller names) look like now, and the process's state
-    (process_state.py; its kernels only `with_kernels`, the look after a run)."""
+    (process_state.py; its kernels only `with_kernels`, the look after a run). The names of every other module
+    are taken only for a look before (`changes` compares them with the modules as they are then): a look after,
+    `with_kernels`, leaves them out."""
 
     def __init__(self, extra=(), with_kernels: bool = False, force_kernels: bool = False):
         with no_cyclic_gc():  # tens of thousands of small objects, no cycle: a collection here walked the heap
@@ -252,17 +258,19 @@ class Fingerprint:
         for name in _watched_names(extra):
             module = sys.modules.get(name)
             if module is not None:
-                ours = name.startswith(WATCHED_PREFIXES)
+                ours, unwatched = name.startswith(WATCHED_PREFIXES), _UNWATCHED_IN.get(name, _NONE_UNWATCHED)
                 self.modules[name] = (module, {k: _Print(v, name) for k, v in list(vars(module).items())
                                                if not (k.startswith("__") and k.endswith("__"))
-                                               and f"{name}.{k}" not in UNWATCHED
+                                               and k not in unwatched
                                                and (ours or not isinstance(v, _SCALARS))})
         self.classes = {dotted: _Print(cls, getattr(cls, "__module__", "")) for dotted in WATCHED_CLASSES
                         if isinstance(cls := _resolve(dotted), type)}
-        # Every other module, by its names only: an answer that hangs data on one (zlib.stash = state) keeps it
-        # where no ledger looks and, on the simulator, across a restart that should have lost it (p18).
-        self.names = {name: (module, frozenset(vars(module))) for name, module in list(sys.modules.items())
-                      if name not in self.modules and isinstance(module, types.ModuleType)}
+        # Every other module, by its names only (in their order: a tuple is quicker to take and to compare than a
+        # set): an answer that hangs data on one (zlib.stash = state) keeps it where no ledger looks and, on the
+        # simulator, across a restart that should have lost it (p18).
+        self.names = None if with_kernels else {
+            name: (module, tuple(vars(module))) for name, module in list(sys.modules.items())
+            if name not in self.modules and isinstance(module, types.ModuleType)}
         self.state = ProcessState(with_kernels, force_kernels)
         self.found: list[str] = []  # hooks cleared since this fingerprint was taken (unhook)
 
@@ -313,12 +321,16 @@ class Fingerprint:
     def _names_added(self) -> dict[str, list[str]]:
         """{module: the names added to it since}, of the modules only `names` watches: plain data added to a
         module (not a submodule imported since, not a dunder such as __warningregistry__, not a flag)."""
+        if self.names is None:
+            raise ValueError("a look after a run (with_kernels) holds no names to compare: take the look before it")
         out = {}
         for name, (module, before) in self.names.items():
             if sys.modules.get(name) is not module:
                 continue
             now = vars(module)
-            added = sorted(k for k in now.keys() - before if isinstance(k, str) and not (
+            if len(now) == len(before) and tuple(now) == before:  # (the common case: nothing added, nothing gone)
+                continue
+            added = sorted(k for k in now.keys() - set(before) if isinstance(k, str) and not (
                 k.startswith("__") and k.endswith("__")) and not _a_flag(now[k]))
             if added:
                 out[name] = added
