@@ -198,6 +198,20 @@ def test_schedule_figure_on_p3(p3):
     assert any(f"makespan {p3.makespan_ticks:,} ticks" in t for t in _texts(fig))
 
 
+@pytest.mark.parametrize("extra", [0, 400])
+def test_a_long_title_stays_inside_the_figure(p3, extra):
+    """p21's title ran off the right edge: a long title is set smaller, and cut with an ellipsis past that."""
+    import dataclasses
+
+    long = dataclasses.replace(p3, title=p3.title + " (and a much longer subtitle)" + " x" * (extra // 2))
+    fig = plots.schedule_figure(long)
+    title = fig.texts[0]
+    box = title.get_window_extent(fig.canvas.get_renderer())
+    assert box.x1 <= fig.bbox.width, (box.x1, fig.bbox.width, title.get_text())
+    assert title.get_fontsize() >= 8.0
+    assert title.get_text().endswith("\u2026") == (extra == 400), title.get_text()
+
+
 def test_schedule_figure_pipeline_labels_recompute_and_overlap():
     result = synthetic_pipeline()
     fig = plots.schedule_figure(result)

@@ -128,9 +128,22 @@ def margins(height: float, right: float = RIGHT_IN, top: float = TOP_IN) -> dict
                 bottom=BOTTOM_IN / height)
 
 
+TITLE_SIZE, TITLE_SIZE_LEAST = 11.5, 8.0
+
+
 def title_and_legend(fig: Figure, height: float, title: str, handles) -> None:
-    """The title on the first line, the legend on the second, both above the axes."""
-    fig.text(LEFT_IN / FIG_WIDTH, 1 - 0.12 / height, title, ha="left", va="top", fontsize=11.5, weight="bold")
+    """The title on the first line, the legend on the second, both above the axes. A title too long for the
+    figure's width is set smaller (down to TITLE_SIZE_LEAST points), and cut with an ellipsis beyond that."""
+    text = fig.text(LEFT_IN / FIG_WIDTH, 1 - 0.12 / height, title, ha="left", va="top", fontsize=TITLE_SIZE,
+                    weight="bold")
+    room = (FIG_WIDTH - LEFT_IN - 0.1) * fig.dpi  # pixels from the title's start to the figure's right edge
+    wide = text.get_window_extent(fig.canvas.get_renderer()).width
+    if wide > room:
+        size = max(TITLE_SIZE_LEAST, TITLE_SIZE * room / wide)
+        text.set_fontsize(size)
+        keep = int(len(title) * room / (wide * size / TITLE_SIZE))  # characters that fit at that size
+        if keep < len(title):
+            text.set_text(title[: max(1, keep - 1)].rstrip() + "\u2026")
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(LEFT_IN / FIG_WIDTH - 0.01, 1 - 0.4 / height),
                ncol=len(handles), fontsize=8.5, frameon=False, handlelength=1.8, columnspacing=1.6,
                borderaxespad=0)
