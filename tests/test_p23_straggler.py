@@ -1,15 +1,12 @@
 """p23, the straggler: the budgets' terms are what the clock charges (each re-measured here), the slow rank moves
-with the seed (so a program that names one fails at another seed), and the timing events (sim.cuda.Event) measure
-a slow rank's device K times as long, on the simulator and, with the same program, on gloo."""
+with the seed (so a program that names one fails at another seed), and the story's figures are the run's.
+tests/test_sim_timing.py holds the timing events themselves."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import pytest
 import torch
-import torch.distributed as dist_module
 
 from grader.backends.simulator import grade_file
 from grader.core.result import FAIL, PASS
@@ -18,7 +15,6 @@ from grader.specs import SPECS
 from grader.specs.p23_straggler import layout as lay
 from puzzles import sim
 from puzzles.model import forward, init_layers, loss_fn, make_batch
-from puzzles.sim import cuda
 
 SPEC = SPECS["p23"]
 
@@ -55,3 +51,28 @@ def test_the_budgets_terms_are_what_the_clock_charges():
     assert _ticks(8, slow=True, probe=True) == lay.P
     assert lay.A == 2 * (lay.N - 1) * 8 + math.ceil(lay.ALL_REDUCE_BYTES / 512)
     assert lay.MAKESPAN_BUDGET == lay.P + lay.STEPS * (lay.C + lay.A) + lay.STEPS * lay.C // 20
+
+
+def test_the_slow_rank_moves_with_the_seed_and_the_run_uses_it():
+    assert {lay.slow_rank_of(seed) for seed in range(8)} == set(range(lay.N))
+    inputs = SPEC.make_inputs(7)
+    assert SPEC.cost_for(inputs).slow_ranks == ((lay.slow_rank_of(7), lay.K),)
+
+
+def test_a_fix_that_remembers_the_slow_rank_of_one_seed_fails_at_another():
+    """tests/wrong/p23_hard_coded_slow_rank.py names rank 3, the slow one at seed 0: it passes there, and fails at
+    each seed where another rank is slow."""
+    path = REPO / "tests" / "wrong" / "p23_hard_coded_slow_rank.py"
+    assert lay.slow_rank_of(0) == 3 and lay.slow_rank_of(1) != 3
+    assert grade_file(SPEC, path, seed=0).status == PASS
+    assert grade_file(SPEC, path, seed=1).status == FAIL
+
+
+def test_the_handed_out_program_is_over_the_budget_and_the_reference_within():
+    handed_out = grade_file(SPEC, REPO / "tests" / "naive" / "p23_straggler.py", seed=2)
+    reference = grade_file(SPEC, REPO / "solutions" / "p23_straggler.py", seed=2)
+    makespan = {r: next(c for c in g.checks if c.name == "makespan") for r, g in (("naive", handed_out),
+                                                                                  ("reference", reference))}
+    assert makespan["reference"].measured <= lay.MAKESPAN_BUDGET < makespan["naive"].measured
+    assert f"{makespan['reference'].measured:,}" in (REPO / "solutions" / "p23_straggler.py").read_text()
+    assert f"{makespan['naive'].measured:,}" in (REPO / "solutions" / "p23_straggler.py").read_text()

@@ -120,7 +120,7 @@ class Straggler(PuzzleSpec):
         budgets = self.budgets(inputs)
         return [self.check_weights(res, ref, inputs), self.check_rows(res),
                 communication_check(obs, budgets["communication"]),
-                self.check_balance(obs, budgets["balance"], inputs), self.check_makespan(obs, budgets["makespan"])]
+                self.check_balance(obs, budgets["balance"], inputs), self.check_makespan(obs, budgets["makespan"], inputs)]
 
     def check_weights(self, res, ref, inputs) -> Check:
         name = "weights"
@@ -167,14 +167,14 @@ class Straggler(PuzzleSpec):
         table = _table(obs, waited)
         message = (f"rank {rank} waited {fmt(waited[rank], 'ticks')} in its collectives for the last rank to "
                    f"arrive, {'within' if ok else 'over'} the budget {budget.describe()}. {table}")
-        diagnosis = "" if ok else safe_diagnosis(_balance_diagnosis, obs, waited)
+        diagnosis = "" if ok else safe_diagnosis(_balance_diagnosis, obs, waited, inputs["slow_rank"])
         return Check("balance", ok, message, measured=waited[rank], budget=budget, diagnosis=diagnosis)
 
-    def check_makespan(self, obs: Observation, budget: Budget) -> Check:
+    def check_makespan(self, obs: Observation, budget: Budget, inputs) -> Check:
         ok = obs.makespan <= budget.value
         message = f"the run took {fmt(obs.makespan, 'ticks')}, {'within' if ok else 'over'} the budget " \
                   f"{budget.describe()}"
-        diagnosis = "" if ok else safe_diagnosis(_makespan_diagnosis, obs)
+        diagnosis = "" if ok else safe_diagnosis(_makespan_diagnosis, obs, inputs["slow_rank"])
         return Check("makespan", ok, message, measured=obs.makespan, budget=budget, diagnosis=diagnosis)
 
 
@@ -192,27 +192,32 @@ def _table(obs: Observation, waited: dict[int, int]) -> str:
         f"rank {r} {obs.busy_ticks(r):,} and {waited[r]:,}" for r in range(obs.world_size)) + " ticks."
 
 
-def _balance_diagnosis(obs: Observation, waited: dict[int, int]) -> str:
-    late = min(waited, key=waited.get)  # the rank everyone else waited for
+def _balance_diagnosis(obs: Observation, waited: dict[int, int], slow: int) -> str:
+    """Who waited for whom. `slow`: the rank whose device is slow at this seed (the cost model's)."""
     busy = {r: obs.busy_ticks(r) for r in range(obs.world_size)}
-    if busy[late] == max(busy.values()):
-        return (f"the others waited for rank {late} at each all-reduce: it computed longest ({busy[late]:,} ticks). "
+    if max(waited, key=waited.get) == slow:
+        return (f"rank {slow}, whose device is the slow one at this seed, waited longest ({waited[slow]:,} ticks) "
+                f"while computing least ({busy[slow]:,} ticks): it has less work than its speed allows (left out, "
+                f"or given too few rows). Its device is slower, not stopped: give it rows in proportion to its "
+                f"speed, and the others fewer.")
+    late = max(busy, key=busy.get)  # the rank the others waited for
+    if late == slow:
+        return (f"the others waited for rank {slow} at each all-reduce: it computed longest ({busy[slow]:,} ticks). "
                 f"At this seed its device is the slow one; at another seed another rank's is, so find it in the "
                 f"program (time each rank's device with cuda.Event, all-gather the times) and give each rank rows "
                 f"in proportion to its speed.")
-    idle = max(waited, key=waited.get)
-    return (f"rank {idle} waited longest ({waited[idle]:,} ticks) while computing least ({busy[idle]:,} ticks): it "
-            f"has less work than its speed allows (the slow rank left out, or given too few rows). Its device is "
-            f"slower, not stopped: give it rows in proportion to its speed, and the others fewer.")
+    return (f"the others waited for rank {late} at each all-reduce: it computed longest ({busy[late]:,} ticks), with "
+            f"more rows than its speed allows (its device is not the slow one at this seed: rank {slow}'s is). Time "
+            f"each rank's device and give each rows in proportion to its speed.")
 
 
-def _makespan_diagnosis(obs: Observation) -> str:
+def _makespan_diagnosis(obs: Observation, slow: int) -> str:
     waited = {r: _waited(obs, r) for r in range(obs.world_size)}
     if max(waited.values()) > lay.WAIT_BUDGET:
-        return _balance_diagnosis(obs, waited)
+        return _balance_diagnosis(obs, waited, slow)
     return (f"no rank waited long for another, but the run is long all the same: {_table(obs, waited)} A step "
             f"balanced by speed takes the slow rank C = {lay.C:,} ticks (its {lay.BALANCED[1]} rows); a probe costs "
-            f"at most P = {lay.P:,}: time a few rows, once, not a whole step at every step.")
+            f"at most P = {lay.P:,}: time a few rows, once, and compute each row once.")
 
 
 # ---- the rows each rank read
@@ -234,10 +239,12 @@ def _overlap_diagnosis(twice: dict[int, list[int]]) -> str:
     if len(twice) <= lay.N - 1 and all(len(rs) == 2 and rs[1] == rs[0] + 1 for rs in twice.values()):
         return ("each boundary row is read by both neighbours: rank r's rows are bounds[r]..bounds[r+1]-1, so "
                 "slice batch[bounds[r]:bounds[r + 1]] (the end excluded), with bounds the running sum of the counts.")
-    if len(twice) == lay.B:
-        return ("every rank read the whole batch (or the same rows): each rank computes its own share of the rows, "
-                "and the all-reduce adds the shares. A probe that times the device must run on rows of its own "
-                "(torch.zeros), not on the batch's.")
+    if all(len(rs) == lay.N for rs in twice.values()):
+        whole = len(twice) == lay.B
+        return (("every rank read the whole batch: each rank computes its own share of the rows, and the "
+                 "all-reduce adds the shares. " if whole else "every rank read the same few rows (a probe?). ")
+                + "A probe that times the device runs on rows of its own (torch.zeros), not on the batch's, whose "
+                  "rows are each one rank's.")
     return ""
 
 
