@@ -108,7 +108,7 @@ class Straggler(PuzzleSpec):
                 "balance", f"20% of S·C: S = {lay.STEPS} steps of the balanced step's compute C = {lay.C:,} ticks",
                 lay.WAIT_BUDGET, "ticks"),
             "makespan": Budget(
-                "makespan", f"P + S·(C + A) + T: a probe P = {lay.P:,} (K·a forward and backward on 8 rows), "
+                "makespan", f"P + S·(C + A) + T: a probe P = {lay.P:,} (a forward and backward on 8 rows, on the slow rank), "
                 f"S = {lay.STEPS} balanced steps of C = {lay.C:,} (the slow rank's {lay.BALANCED[1]} rows, K = "
                 f"{lay.K}) and the gradients' all-reduce A = {lay.A:,}, T = 5% of S·C = {lay.TOLERANCE:,}",
                 lay.MAKESPAN_BUDGET, "ticks")}
