@@ -1,12 +1,13 @@
 """Timing a rank's device: torch.cuda's Event(enable_timing=True), on the rank's simulated clock.
 
     from puzzles.sim import cuda                # on a GPU: from torch import cuda
-    start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-    start.record()
-    y = forward(x, layers)
-    end.record()
-    end.synchronize()
-    ms = start.elapsed_time(end)                # milliseconds of the device's time between the two records
+    before = cuda.Event(enable_timing=True)
+    after = cuda.Event(enable_timing=True)
+    before.record()
+    y = x @ w
+    after.record()
+    after.synchronize()
+    ms = before.elapsed_time(after)             # milliseconds of the device's time between the two records
 
 On a GPU an event recorded on a stream is stamped when the stream reaches it: after every kernel queued before
 it, whenever the host queued them. Here the stamp is the rank's compute stream at the moment of record(): the
