@@ -1,12 +1,13 @@
 """Puzzle 23 — The straggler: one slow rank, found by timing, and the work rebalanced.
 
-The task: `train` below, as handed to you, trains correctly, but one rank's GPU is slower than the others and every
-step waits for it. Find which rank it is from the per-rank timings (the check's table; the trace, `python -m grader
-check puzzles -p p23 --trace p23.json`, opened in Perfetto), then fix the program so that it finds the slow rank
-itself, at run time, and gives each rank rows in proportion to its speed. Which rank is slow changes with the seed
-(`--seed N`), as it does from one job to the next on a real cluster: a fix that names the rank fails at another
-seed. The checks (4 ranks; S = 4 steps of data parallel SGD, lr = 0.01, each on a global batch of B = 88 rows;
-L = 2 blocks, d = 64, h = 256; one rank's device K = 3/2 times as slow as the others', for every op):
+The task: `train_balanced` below, as handed to you, trains correctly, but one rank's GPU is slower than the others
+and every step waits for it. Find which rank it is from the per-rank timings (the check's table; the trace,
+`python -m grader check puzzles -p p23 --trace p23.json`, opened in Perfetto), then fix the program so that it
+finds the slow rank itself, at run time, and gives each rank rows in proportion to its speed. Which rank is slow
+changes with the seed (`--seed N`), as it does from one job to the next on a real cluster: a fix that names the
+rank fails at another seed. The checks (4 ranks; S = 4 steps of data parallel SGD, lr = 0.01, each on a global
+batch of B = 88 rows; L = 2 blocks, d = 64, h = 256; one rank's device K = 3/2 times as slow as the others', for
+every op):
   - weights: every rank's weights after the S steps equal S SGD steps of the serial model, each on its step's
     whole batch, the loss averaged over its 88 rows (float64, 1e-8 relative).
   - every row once: at each step, each of the batch's 88 rows is read by exactly one rank (`batch[lo:hi]`; the
@@ -49,7 +50,7 @@ sizes must be weighed by their size: the batch's mean loss is Σ_r (n_r/B)·mean
 mean times n_r/B and the gradients are summed (SUM), not averaged (a mean of means weighs the slow rank's rows
 more than the others').
 
-Write `train(dist, batches, layers, lr)`:
+Write `train_balanced(dist, batches, layers, lr)`:
   - `batches`: the S steps' global batches, the same on every rank, each of B = 88 rows: `batch[lo:hi]` gives
     (x [hi-lo, 64], target [hi-lo, 64]), rows lo..hi-1; len(batch) is B;
   - `layers`: the rank's replica of the weights, [(w1 [64, 256], w2 [256, 64])] x 2, requires_grad;
@@ -75,7 +76,7 @@ from puzzles.sim import cuda
 PROBE = 8  # rows of the probe that times each rank's device
 
 
-def train(dist, batches, layers, lr):
+def train_balanced(dist, batches, layers, lr):
     # BEGIN SOLUTION
     world, rank = dist.get_world_size(), dist.get_rank()
     weights = [w for pair in layers for w in pair]

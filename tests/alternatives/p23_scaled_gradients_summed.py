@@ -18,7 +18,7 @@ def shares(rows, times):
     return counts
 
 
-def train(dist, batches, layers, lr):
+def train_balanced(dist, batches, layers, lr):
     world, rank = dist.get_world_size(), dist.get_rank()
     weights = [w for pair in layers for w in pair]
     rows = len(batches[0])

@@ -9,7 +9,7 @@ EXPECTED_FAILURES = {"balance", "makespan"}
 DIAGNOSIS = "At this seed its device is the slow one"
 
 
-def train(dist, batches, layers, lr):
+def train_balanced(dist, batches, layers, lr):
     world, rank = dist.get_world_size(), dist.get_rank()
     weights = [w for pair in layers for w in pair]
     per = len(batches[0]) // world  # an even split: 22 rows each

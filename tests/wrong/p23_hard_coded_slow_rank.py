@@ -13,7 +13,7 @@ SLOW = 3
 COUNTS = [16 if r == SLOW else 24 for r in range(4)]
 
 
-def train(dist, batches, layers, lr):
+def train_balanced(dist, batches, layers, lr):
     rank = dist.get_rank()
     weights = [w for pair in layers for w in pair]
     rows = len(batches[0])

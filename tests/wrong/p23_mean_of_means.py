@@ -36,7 +36,7 @@ def split(rows, times):
     return [0] + torch.cumsum(counts, 0).long().tolist()
 
 
-def train(dist, batches, layers, lr):
+def train_balanced(dist, batches, layers, lr):
     world, rank = dist.get_world_size(), dist.get_rank()
     weights = [w for pair in layers for w in pair]
     bounds = split(len(batches[0]), probe_times(dist, layers))

@@ -60,7 +60,7 @@ class StepBatch(tud.Dataset):
 
 class Straggler(PuzzleSpec):
     id, name, title = "p23", "straggler", "The straggler (one slow rank, found by timing)"
-    entries = ("train",)
+    entries = ("train_balanced",)
     world_size = lay.N
     cost = CostModel(**NETWORK)
     simulator_only = ("balance", "makespan")
@@ -108,9 +108,9 @@ class Straggler(PuzzleSpec):
                 "balance", f"20% of S·C: S = {lay.STEPS} steps of the balanced step's compute C = {lay.C:,} ticks",
                 lay.WAIT_BUDGET, "ticks"),
             "makespan": Budget(
-                "makespan", f"P + S·(C + A) + T: a probe P = {lay.P:,} (a forward and backward on 8 rows, on the slow rank), "
-                f"S = {lay.STEPS} balanced steps of C = {lay.C:,} (the slow rank's {lay.BALANCED[1]} rows, K = "
-                f"{lay.K}) and the gradients' all-reduce A = {lay.A:,}, T = 5% of S·C = {lay.TOLERANCE:,}",
+                "makespan", f"P + S·(C + A) + T: a probe P = {lay.P:,} (a forward and backward on 8 rows, on the "
+                f"slow rank), S = {lay.STEPS} balanced steps of C = {lay.C:,} (the slow rank's {lay.BALANCED[1]} "
+                f"rows, K = {lay.K}) and the gradients' all-reduce A = {lay.A:,}, T = 5% of S·C = {lay.TOLERANCE:,}",
                 lay.MAKESPAN_BUDGET, "ticks")}
 
     # ---- checks
@@ -120,7 +120,8 @@ class Straggler(PuzzleSpec):
         budgets = self.budgets(inputs)
         return [self.check_weights(res, ref, inputs), self.check_rows(res),
                 communication_check(obs, budgets["communication"]),
-                self.check_balance(obs, budgets["balance"], inputs), self.check_makespan(obs, budgets["makespan"], inputs)]
+                self.check_balance(obs, budgets["balance"], inputs),
+                self.check_makespan(obs, budgets["makespan"], inputs)]
 
     def check_weights(self, res, ref, inputs) -> Check:
         name = "weights"
