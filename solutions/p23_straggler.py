@@ -14,8 +14,9 @@ every op):
     batch notes which rows each rank reads): no row dropped, none read by two ranks.
   - communication: the bytes each rank sends, at most S·2(N-1)/N·G + 1 KiB = 4 x 786,432 + 1,024 = 3,146,752
     bytes (G = 2·L·d·h·8 = 524,288 bytes, each step's gradients once; 1 KiB for scalars such as the timings).
-  - balance: the ticks any rank waits in its collectives for the last rank to arrive, at most 20% of S·C = 8,788
-    (C below): a rank given more work than its speed allows makes the others wait; one given less waits itself.
+  - balance: the ticks any rank's device sits idle waiting in its collectives for the last rank to arrive, at
+    most 20% of S·C = 8,788 (C below): a rank given more work than its speed allows makes the others wait; one
+    given less waits itself (an async all-reduce that waits while the rank still computes costs nothing).
   - makespan: the whole run, at most P + S·(C + A) + T = 4,611 + 4 x (10,986 + 1,584) + 2,197 = 57,088 ticks,
     where C = 10,986 ticks is the balanced step on the slow rank (its 16 rows' forward and backward, the loss
     weighed by 16/B, the update, each op K times as long), A = 1,584 the gradients' all-reduce (6 x 8 + 786,432 /

@@ -3,14 +3,14 @@ every step waits for it at the gradients' all-reduce. Which rank is slow comes f
 slow_ranks, spec.cost_for), so a fix that names a rank fails at another seed: the program must find the slow rank
 at run time (sim.cuda.Event, torch.cuda.Event's mirror) and give each rank rows in proportion to its speed.
 
-The rules, each measured as such: every rank's weights after the S steps against the serial run on each step's
-whole batch (so rows split unevenly must be weighed by their count, not averaged as a mean of means); every row of
-each step's batch read by exactly one rank (the harness's batch notes the rows each rank reads: a split that drops
-or repeats rows at its boundaries, or leaves the slow rank's rows to nobody, fails here with the rows); the bytes
-each rank sends (each step's gradients once); how long any rank waits in its collectives for the last one to
-arrive (the cause's own measure: a rank with more work than its speed allows makes the others wait; one with
-less, the slow rank dropped, waits itself); and the makespan against a formula of the balanced step. The last two
-need the simulated clock: real processes on one CPU are not slowed (the cost model says who is) and lay each
+The rules, each measured as such: every rank's weights after the S steps against the serial run on each step's whole
+batch (so rows split unevenly must be weighed by their count, not averaged as a mean of means); every row of each
+step's batch read by exactly one rank (the harness's batch notes the rows each rank reads: a split that drops or
+repeats rows at its boundaries, or leaves the slow rank's rows to nobody, fails here with the rows); the bytes each
+rank sends (each step's gradients once); how long any rank's device sits idle waiting in its collectives for the
+last one to arrive (the cause's own measure: a rank with more work than its speed allows makes the others wait; one
+with less, the slow rank dropped, waits itself); and the makespan against a formula of the balanced step. The last
+two need the simulated clock: real processes on one CPU are not slowed (the cost model says who is) and lay each
 rank's compute end to end, without waits.
 """
 
@@ -143,8 +143,7 @@ class Straggler(PuzzleSpec):
         for s in range(lay.STEPS):
             readers: dict[int, list[int]] = {}
             for rank, r in enumerate(res):
-                rows = r.get("rows") or []
-                for i in (rows[s] if s < len(rows) else []):
+                for i in _rows_at(r, s):
                     readers.setdefault(i, []).append(rank)
             twice = {i: rs for i, rs in readers.items() if len(rs) > 1}
             missing = [i for i in range(lay.B) if i not in readers]
@@ -166,8 +165,8 @@ class Straggler(PuzzleSpec):
         rank = max(waited, key=waited.get)
         ok = waited[rank] <= budget.value
         table = _table(obs, waited)
-        message = (f"rank {rank} waited {fmt(waited[rank], 'ticks')} in its collectives for the last rank to "
-                   f"arrive, {'within' if ok else 'over'} the budget {budget.describe()}. {table}")
+        message = (f"rank {rank}'s device sat idle {fmt(waited[rank], 'ticks')} waiting in its collectives for the "
+                   f"last rank to arrive, {'within' if ok else 'over'} the budget {budget.describe()}. {table}")
         diagnosis = "" if ok else safe_diagnosis(_balance_diagnosis, obs, waited, inputs["slow_rank"])
         return Check("balance", ok, message, measured=waited[rank], budget=budget, diagnosis=diagnosis)
 
@@ -183,13 +182,28 @@ class Straggler(PuzzleSpec):
 
 
 def _waited(obs: Observation, rank: int) -> int:
-    """Ticks the rank's collectives waited, from the moment the rank issued each to the moment it started (when the
-    last rank arrived): the wait a profiler shows as a long all-reduce kernel on every rank but the late one."""
-    return sum(max(0, e["start"] - e["issued"]) for e in obs.events_of(rank, "comm"))
+    """Ticks the rank's device sat idle waiting for a partner: its compute stream ran nothing while a collective of
+    its own could have started (issued, and the rank's previous message done: its own queue is no partner's
+    lateness) but had not, because the last rank had not arrived. A profiler shows it as a long all-reduce kernel
+    on every rank but the late one. An async collective that waits while the rank computes costs nothing."""
+    spans, free = [], 0
+    for e in sorted(obs.events_of(rank, "comm"), key=lambda e: (e["start"], e["end"])):
+        ready = max(e["issued"], free)
+        if e["start"] > ready:
+            spans.append([ready, e["start"]])
+        free = max(free, e["end"])
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    busy = [(e["start"], e["end"]) for e in obs.events_of(rank, "compute")]
+    return sum((b - a) - sum(max(0, min(b, d) - max(a, c)) for c, d in busy) for a, b in merged)
 
 
 def _table(obs: Observation, waited: dict[int, int]) -> str:
-    return "Per rank, compute and waiting: " + "; ".join(
+    return "Per rank, compute and idle waiting: " + "; ".join(
         f"rank {r} {obs.busy_ticks(r):,} and {waited[r]:,}" for r in range(obs.world_size)) + " ticks."
 
 
@@ -224,6 +238,12 @@ def _makespan_diagnosis(obs: Observation, slow: int) -> str:
 # ---- the rows each rank read
 
 
+def _rows_at(r: dict, s: int) -> list[int]:
+    """The rows of step s's batch that a rank read (the harness's record)."""
+    rows = r.get("rows") or []
+    return rows[s] if s < len(rows) else []
+
+
 def _rows(rows: list[int]) -> str:
     """Row numbers as ranges: '22, 44..47'."""
     parts, start = [], None
@@ -250,7 +270,7 @@ def _overlap_diagnosis(twice: dict[int, list[int]]) -> str:
 
 
 def _missing_diagnosis(res, s: int, missing: list[int]) -> str:
-    empty = [rank for rank, r in enumerate(res) if not ((r.get("rows") or [[]] * (s + 1))[s:s + 1] or [[]])[0]]
+    empty = [rank for rank, r in enumerate(res) if not _rows_at(r, s)]
     if empty and len(missing) < lay.B:
         return (f"rank {empty[0]} read no row at step {s}, and its rows were left to nobody: a slow rank is slower, "
                 f"not absent. Give it fewer rows (in proportion to its speed), and give every row to some rank.")
