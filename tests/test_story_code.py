@@ -256,7 +256,7 @@ CONTEXTS = {
         """, world=4, around={"w -= lr * grad": NO_GRAD}),
     "p23": Context("""
         from puzzles.sim import cuda
-        from grader.specs.p23_straggler.spec import StepBatch
+        from grader.specs.p23_straggler.layout import StepBatch
         B, world = 88, dist.get_world_size()
         batch = StepBatch(*model.make_batch(B, 64, seed=0))
         lo, hi = 24 * rank, 24 * rank + 16

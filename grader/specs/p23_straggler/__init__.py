@@ -2,9 +2,11 @@
 waits for it at the gradients' all-reduce; the learner finds it by timing the ranks at run time and gives each
 rank rows in proportion to its speed.
 
-    layout.py     the sizes, the data, which rank is slow, the serial run, the budgets' terms
-    spec.py       SPEC: the harness (each step's batch, which records the rows each rank reads), the checks and
-                  their diagnoses
+    layout.py     the sizes, the data (each step's batch, StepBatch, which notes the rows a rank reads), which rank
+                  is slow, the serial run, the budgets' terms
+    spec.py       SPEC: the harness, the checks
+    diagnoses.py  how long a device sat idle waiting for a partner, the rows each rank read, and the likely
+                  causes of a failure
 
 Uses the simulator's straggler (CostModel.slow_ranks, puzzles/simulator/cost.py) and its timing events
 (sim.cuda.Event, puzzles/simulator/timing.py).

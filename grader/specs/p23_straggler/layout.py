@@ -13,6 +13,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import torch
+import torch.utils.data as tud
 
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 
@@ -64,3 +65,30 @@ def reference_run(inputs: dict) -> dict:
         layers = sgd_step(layers, *step_batch(inputs, s), inputs["lr"])
         after.append(layers)
     return {"weights": layers, "after_each_step": after}
+
+
+class StepBatch(tud.Dataset):
+    """One step's global batch of B rows: `batch[i]`, `batch[lo:hi]`, `batch[[i, j]]` give (x rows, target rows).
+    It notes which rows the rank read, for the check that every row is read by exactly one rank."""
+
+    def __init__(self, x: torch.Tensor, target: torch.Tensor):
+        self._x, self._target, self._read = x, target, set()
+
+    def __len__(self) -> int:
+        return self._x.shape[0]
+
+    def __getitem__(self, index):
+        n = len(self)
+        if isinstance(index, slice):
+            rows = range(n)[index]
+        elif isinstance(index, int):
+            rows = [index % n]
+        elif isinstance(index, torch.Tensor) and index.dtype == torch.bool:
+            rows = [i for i, keep in enumerate(index.tolist()) if keep]
+        else:
+            rows = [int(i) % n for i in (index.tolist() if isinstance(index, torch.Tensor) else index)]
+        self._read.update(rows)
+        return self._x[index], self._target[index]
+
+    def rows_read(self) -> list[int]:
+        return sorted(self._read)
