@@ -36,8 +36,10 @@ def idle_waiting(obs: Observation, rank: int) -> int:
 
 
 def timings(obs: Observation, waited: dict[int, int]) -> str:
+    """The per-rank table a check prints: each rank's compute, and its idle waiting."""
     return "Per rank, compute and idle waiting: " + "; ".join(
         f"rank {r} {obs.busy_ticks(r):,} and {waited[r]:,}" for r in range(obs.world_size)) + " ticks."
+
 
 def balance_diagnosis(obs: Observation, waited: dict[int, int], slow: int) -> str:
     """Who waited for whom. `slow`: the rank whose device is slow at this seed (the cost model's)."""
@@ -65,6 +67,7 @@ def makespan_diagnosis(obs: Observation, slow: int) -> str:
     return (f"no rank waited long for another, but the run is long all the same: {timings(obs, waited)} A step "
             f"balanced by speed takes the slow rank C = {lay.C:,} ticks (its {lay.BALANCED[1]} rows); a probe costs "
             f"at most P = {lay.P:,}: time a few rows, once, and compute each row once.")
+
 
 # ---- the rows each rank read
 

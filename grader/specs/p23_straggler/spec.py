@@ -89,7 +89,7 @@ class Straggler(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         res = [r if isinstance(r, dict) else {} for r in obs.results]
         budgets = self.budgets(inputs)
-        return [self.check_weights(res, ref, inputs), self.checkdescribe_rows(res, inputs),
+        return [self.check_weights(res, ref, inputs), self.check_rows(res, inputs),
                 communication_check(obs, budgets["communication"]),
                 self.check_balance(obs, budgets["balance"], inputs),
                 self.check_makespan(obs, budgets["makespan"], inputs)]
@@ -109,7 +109,7 @@ class Straggler(PuzzleSpec):
         return Check(name, True, f"every rank's weights after the {lay.STEPS} steps match the serial run "
                                  f"({TOLERANCE_TEXT})")
 
-    def checkdescribe_rows(self, res, inputs) -> Check:
+    def check_rows(self, res, inputs) -> Check:
         name = "every row once"
         for s in range(lay.STEPS):
             readers: dict[int, list[int]] = {}
@@ -120,14 +120,15 @@ class Straggler(PuzzleSpec):
             missing = [i for i in range(lay.B) if i not in readers]
             if twice:
                 pairs = sorted({tuple(rs) for rs in twice.values()})
+                by = ", ".join(" and ".join(map(str, p)) for p in pairs)
                 return Check(name, False, f"at step {s}, {len(twice)} rows were read by more than one rank: "
-                             f"{describe_rows(sorted(twice))} (by ranks {', '.join(' and '.join(map(str, p)) for p in pairs)})."
-                             f" Each row of a step's batch is one rank's: the ranks' ranges must not overlap.",
-                             diagnosis=overlap_diagnosis(twice))
+                             f"{describe_rows(sorted(twice))} (by ranks {by}). Each row of a step's batch is one "
+                             f"rank's: the ranks' ranges must not overlap.", diagnosis=overlap_diagnosis(twice))
             if missing:
                 return Check(name, False, f"at step {s}, {len(missing)} of the batch's {lay.B} rows were read by "
-                             f"no rank: {describe_rows(missing)}. Every row counts in the step's loss: the ranks' ranges "
-                             f"must cover 0..{lay.B - 1}.", diagnosis=missing_diagnosis(res, s, missing, inputs["slow_rank"]))
+                             f"no rank: {describe_rows(missing)}. Every row counts in the step's loss: the ranks' "
+                             f"ranges must cover 0..{lay.B - 1}.",
+                             diagnosis=missing_diagnosis(res, s, missing, inputs["slow_rank"]))
         return Check(name, True, f"at each of the {lay.STEPS} steps, every one of the batch's {lay.B} rows was read "
                                  f"by exactly one rank")
 
