@@ -1,4 +1,4 @@
-# Generated from solutions/p23_straggler.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 55cf5ee24a85)
+# Generated from solutions/p23_straggler.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest 4b4655ae38dd)
 """Puzzle 23 — The straggler: one slow rank, found by timing, and the work rebalanced.
 
 The task: `train_balanced` below, as handed to you, trains correctly, but one rank's GPU is slower than the others
@@ -24,7 +24,7 @@ every op):
     512), P = 4,611 a probe (a forward and backward on 8 rows, on the slow rank) and T = 5% of S·C = 2,197. The
     program as handed out takes 63,968 ticks; the reference, 55,515.
 
-The symptom, as a real job shows it: the step time in the log is a third longer than it was yesterday, on the
+The symptom, as a real job shows it: the step time in the log is a quarter longer than it was yesterday, on the
 same code and data, and nothing fails. Every rank's profile (torch.profiler, each rank's trace side by side) shows
 the same all-reduce kernels, but on all ranks but one they are long: they started early and waited for a partner
 (NCCL's kernel spins until the last rank arrives). The one rank whose all-reduce is short is the one the others

@@ -92,3 +92,20 @@ def test_the_same_program_runs_on_gloo_and_measures_the_same():
     simulated = sim.run(timed_product, 2, args=(X,), cost=cost).results[0]
     for r in range(2):
         assert torch.equal(outcome.payloads[r]["result"], simulated), r
+
+
+def test_with_a_host_synchronize_is_a_sync_on_its_track():
+    """With a host (p21's machine), the host runs ahead of the device: end.synchronize() makes it wait for the
+    device, as a sync, and the event still measures the device's time, not the host's launches."""
+    def timed(dist, x):
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record()
+        (x @ x.T).tanh()
+        end.record()
+        end.synchronize()
+        return torch.tensor([start.elapsed_time(end)], dtype=torch.float64)
+
+    result = sim.run(timed, 1, args=(X,), host=sim.HostProfile())
+    syncs = result.events_of(0, "host", "sync")
+    assert [e.op for e in syncs] == ["Event.synchronize()"]
+    assert result.results[0].item() * TICKS_PER_MS >= sum(ticks_of_each_op())
