@@ -55,6 +55,7 @@ Part IV (debugging a run) adds, each off unless a run asks for it:
     simulator/fr_analysis.py     reading a dump as torch's fr_trace does: the first collective where ranks part
     simulator/host.py            the host that launches a rank's kernels ahead of the device; syncs (.item())
     simulator/loader.py          sim.DataLoader: torch's batches, loaded by the host or by workers on the clock
+    simulator/timing.py          sim.cuda.Event(enable_timing=True): torch.cuda's timing events, on the rank's clock
 
 A call travels: your code -> `dist` (dist.py) -> the world (world.py, matching.py) -> the data moves
 (collectives.py), the ledger and the clock record it (memory.py, clock.py) -> `run` returns a SimResult.
@@ -93,6 +94,7 @@ from dataclasses import dataclass
 
 from .simulator.clock import Event
 from .simulator import host as host_model
+from .simulator import timing as cuda  # sim.cuda.Event, sim.cuda.synchronize: torch.cuda's timing
 from .simulator import watchdog
 from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
 from .simulator.filesystem import CrashPoint, Disk, DiskProfile
@@ -115,7 +117,7 @@ __all__ = [
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
     "RankThreadError", "UncostedOpError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
     "Disk", "DiskProfile", "CrashPoint", "RankCrashed", "CollectiveTimeoutError", "FlightRecorderDump",
-    "HostProfile", "DataLoader", "TensorDataset",
+    "HostProfile", "DataLoader", "TensorDataset", "cuda",
 ]
 
 

@@ -171,7 +171,8 @@ def test_clock_checks_are_reported_as_simulator_only(references, naive, puzzles)
     clock_based = {s.id: s.simulator_only for s, *_ in references if s.simulator_only}
     expected = {"p5": ("bubble",), "p6": ("bubble",), "p7": ("makespan",), "p10": ("makespan",), "p11": ("bubble",),
                 "p13": ("ring makespan", "doubling makespan"), "p15": ("makespan",), "p16": ("bubble",),
-                "p17": ("bubble",), "p21": ("no host sync", "overlap", "makespan")}
+                "p17": ("bubble",), "p21": ("no host sync", "overlap", "makespan"),
+                "p23": ("balance", "makespan")}
     assert clock_based == {p: checks for p, checks in expected.items() if p in puzzles}
 
 

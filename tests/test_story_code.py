@@ -254,6 +254,21 @@ CONTEXTS = {
         w.grad = torch.ones_like(w)
         grad = w.grad
         """, world=4, around={"w -= lr * grad": NO_GRAD}),
+    "p23": Context("""
+        from puzzles.sim import cuda
+        from grader.specs.p23_straggler.layout import StepBatch
+        B, world = 88, dist.get_world_size()
+        batch = StepBatch(*model.make_batch(B, 64, seed=0))
+        lo, hi = 24 * rank, 24 * rank + 16
+        x, target = batch[lo:hi]
+        layers, lr = model.init_layers(2, 64, 256, seed=0), 0.01
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record(); end.record()
+        mine = torch.tensor([start.elapsed_time(end) + 1.0], dtype=torch.float64)
+        times = torch.ones(world, dtype=torch.float64)
+        w = layers[0][0]
+        w.grad = torch.ones_like(w)
+        """, world=4, around={"w -= lr * w.grad": NO_GRAD}),
 }
 
 

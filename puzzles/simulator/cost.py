@@ -50,6 +50,8 @@ import torch
 
 from .op_costs import PRODUCTS, OpCost
 
+TICKS_PER_MS = 1_000_000  # a tick is a nanosecond: what a rank's timing events (timing.py) report in milliseconds
+
 
 @dataclass(frozen=True)
 class Efficiency:
