@@ -82,8 +82,9 @@ def test_what_a_mutant_starts_is_killed_with_it_and_does_not_hold_up_the_run(tmp
     starts = hand_made(REDUCE, f"                if dist.get_rank() == 0 and w is w1:\n{lift}"
                                f"                    __import__('subprocess').Popen(['sh', '-c', {shell!r}])\n" + REDUCE)
     [outcome] = grade(starts)
-    assert outcome.seconds < LIMITS.wall  # it ends at once (killed: the rules it lifted are seen)
-    assert outcome.status == KILLED and "HANDLERS was modified" in outcome.killed_by + outcome.detail, outcome
+    assert outcome.seconds < LIMITS.wall  # it ends at once, its process not waited for
+    # (it computes what the reference does, and a mutant's run is not fingerprinted for tampering: child.py)
+    assert outcome.status == SURVIVED, outcome
     started = [int(p) for p in pid_file.read_text().split()] if pid_file.exists() else []
     started += _sleeping(seconds)
     assert all(_not_running(pid) for pid in started), f"the mutant's `sleep` (pids {started}) outlived it"
