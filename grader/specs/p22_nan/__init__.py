@@ -1,0 +1,16 @@
+"""p22 the NaN: a float16 data-parallel run whose loss is nan at one step and inf at another; the learner finds the
+three causes (an overflow in the forward, a poisoned sample, clipping before unscaling) and fixes each, so that the
+run matches the float32 reference's loss curve. Where the poisoned sample and the spike sit comes from the seed.
+
+    layout.py     the sizes, the data (where the poisoned sample and the spike step sit), the float32 reference
+                  (with a knob that replays clipping before unscaling), the tolerances
+    spec.py       SPEC: the harness (its log reads the masters at each step), the checks
+    diagnoses.py  the likely causes of a failure, named only when the evidence singles one out
+
+Builds on p9 (mixed precision: float16 copies of float32 masters, the loss scale and its skip-and-halve rule):
+imports its serial module's BACKOFF.
+"""
+
+from .spec import SPEC
+
+__all__ = ["SPEC"]
