@@ -1,13 +1,14 @@
-"""Part IV (p20 the hang, p21 the slow step, p23 the straggler): each graded figure against its formula, for the
-reference, the program as handed out and every wrong answer and alternative in tests/, at one seed.
+"""Part IV (p20 the hang, p21 the slow step, p22 the NaN, p23 the straggler): each graded figure against its
+formula, for the reference, the program as handed out and every wrong answer and alternative in tests/, at one seed.
 
     python bench/bench_debugging.py [--seed 3] > bench/DEBUGGING.md
 
 For each answer, one row: its verdict, and per budgeted check the figure measured (the busiest rank's) against
 the budget, with the checks that failed. The budgets are the puzzles' formulas (their texts state them):
 p20 compute 1.5·k·12·L·d·h·r FLOPs, bytes k·2(N-1)/N·G + 1 KiB; p21 bytes S·2(N-1)/N·G + 1 KiB, overlap S·2A
-ticks, makespan b·τ + S·(C + A) + T ticks; p23 bytes S·2(N-1)/N·G + 1 KiB, balance (the ticks a rank's device
-sits idle waiting in its collectives for the last to arrive) 20% of S·C, makespan P + S·(C + A) + T ticks.
+ticks, makespan b·τ + S·(C + A) + T ticks; p22 bytes S·2(N-1)/N·G + 1 KiB (G the float32 gradients); p23 bytes
+S·2(N-1)/N·G + 1 KiB, balance (the ticks a rank's device sits idle waiting in its collectives for the last to
+arrive) 20% of S·C, makespan P + S·(C + A) + T ticks.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# bench_debugging.py  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print()
-    for pid in ("p20", "p21", "p23"):
+    for pid in ("p20", "p21", "p22", "p23"):
         table(pid, args.seed)
 
 

@@ -4,7 +4,8 @@ import torch
 
 from puzzles.model import forward
 
-MISTAKE = "The program as handed out: the loss in float16 (inf at the spike step), the poisoned sample kept (nan), the gradients clipped before they are unscaled."
+MISTAKE = ("The program as handed out: the loss in float16 (inf at the spike step), the poisoned sample kept (nan), "
+           "the gradients clipped before they are unscaled.")
 EXPECTED_FAILURES = {"every step taken", "loss curve", "weights"}
 DIAGNOSIS = "over float16's largest number"
 

@@ -5,7 +5,8 @@ import torch
 
 from puzzles.model import forward
 
-MISTAKE = "Drops the row that was poisoned at one seed (step 5, rank 2, row 3 at seed 0) instead of finding the non-finite sample."
+MISTAKE = ("Drops the row that was poisoned at one seed (step 5, rank 2, row 3 at seed 0) instead of finding the "
+           "non-finite sample.")
 EXPECTED_FAILURES = {"every step taken", "loss curve", "weights"}
 DIAGNOSIS = "one sample of this step holds a NaN"
 

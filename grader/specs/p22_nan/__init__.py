@@ -7,8 +7,9 @@ run matches the float32 reference's loss curve. Where the poisoned sample and th
     spec.py       SPEC: the harness (its log reads the masters at each step), the checks
     diagnoses.py  the likely causes of a failure, named only when the evidence singles one out
 
-Builds on p9 (mixed precision: float16 copies of float32 masters, the loss scale and its skip-and-halve rule):
-imports its serial module's BACKOFF.
+Builds on p9's story (float16 copies of float32 master weights, the loss computed in float32, the loss scale and
+its skip-and-halve rule) but imports nothing from p9's package: its serial truth is torch.optim.Adam under a dynamic
+scale in the same precisions, where p22's is SGD in float32, the run a float16 one must match.
 """
 
 from .spec import SPEC

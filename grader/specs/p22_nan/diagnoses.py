@@ -65,3 +65,12 @@ def skipped_diagnosis(s: int, inputs) -> str:
 def weights_diagnosis(r: dict, inputs) -> str:
     losses = r.get("losses") or []
     return CLIPPED_SCALED if len(losses) == lay.STEPS and clipped_scaled(losses, inputs) else ""
+
+
+def communication_diagnosis(rank: int, by_kind: dict) -> str:
+    gathered = [kind for kind in by_kind if "gather" in kind or kind in ("broadcast", "send", "all_to_all")]
+    if not gathered:
+        return ""
+    return (f"rank {rank} sent the batch's data ({', '.join(gathered)}) as well as the gradients: to find a poisoned "
+            f"sample, each rank need only test its own rows (torch.isfinite(x).all(dim=1)) and all-reduce the count "
+            f"of clean rows, one number.")

@@ -16,13 +16,13 @@ import torch
 
 from puzzles.model import forward, init_layers, loss_fn, make_batch
 
-from ..p9_mixed_precision.serial import BACKOFF  # p9's dynamic loss scaling: an overflow halves the scale
 
 N, R, L, D, H = 4, 8, 2, 32, 64
 B = N * R  # rows of a step's global batch
-STEPS, LR, MAX_NORM = 8, 0.2, 5.0
-INIT_SCALE = 64.0  # the loss scale; an overflow halves it (BACKOFF), and it never grows within the S steps
-SPIKE = 100.0  # the spike step's targets are this many times the others': a row's squared error, ~32·100², overflows float16
+STEPS, LR, MAX_NORM = 8, 0.02, 50.0  # an ordinary step's gradient norm is 25 to 40: only the spike is clipped
+INIT_SCALE = 64.0  # the loss scale (static: once the causes are fixed nothing overflows)
+SPIKE = 100.0  # the spike step's targets are this many times the others': a row's squared error, ~32·100², is inf
+#               in float16
 PSI = 2 * L * D * H  # weights: 8,192
 F32 = 4
 GRADIENT_BYTES = F32 * PSI  # 32,768: the float32 gradients

@@ -23,7 +23,7 @@ from ...core.rules import BOOKKEEPING_BYTES, communication_check
 from ...core.spec import Observation, PuzzleSpec, pair_at
 from puzzles.sim import CostModel
 from . import layout as lay
-from .diagnoses import loss_diagnosis, skipped_diagnosis, weights_diagnosis
+from .diagnoses import communication_diagnosis, loss_diagnosis, skipped_diagnosis, weights_diagnosis
 
 NETWORK = {"latency_ticks": 8, "bytes_per_tick": 512}  # puzzle 8's network
 
@@ -84,7 +84,8 @@ class TheNaN(PuzzleSpec):
     def check(self, obs: Observation, ref, inputs):
         res = [r if isinstance(r, dict) else {} for r in obs.results]
         return [self.check_losses(res, ref, inputs), self.check_weights(res, ref, inputs),
-                self.check_steps(res, inputs), communication_check(obs, self.budgets(inputs)["communication"])]
+                self.check_steps(res, inputs),
+                communication_check(obs, self.budgets(inputs)["communication"], diagnose=communication_diagnosis)]
 
     def check_losses(self, res, ref, inputs) -> Check:
         name = "loss curve"
