@@ -25,9 +25,12 @@ from grader.frontends.targets import REPO  # noqa: E402
 from grader.specs import SPECS  # noqa: E402
 
 
+NAIVE = {"p22": "naive: nan_to_num on the gradients"}  # the others' naive answer is the program as handed out
+
+
 def answers(pid: str, name: str) -> list[tuple[str, Path]]:
     found = [("reference", REPO / "solutions" / f"{pid}_{name}.py"),
-             ("as handed out (naive)", REPO / "tests" / "naive" / f"{pid}_{name}.py")]
+             (NAIVE.get(pid, "as handed out (naive)"), REPO / "tests" / "naive" / f"{pid}_{name}.py")]
     found += [(f"alternative: {p.stem[len(pid) + 1:]}", p) for p in sorted((REPO / "tests" / "alternatives").glob(
         f"{pid}_*.py"))]
     found += [(f"wrong: {p.stem[len(pid) + 1:]}", p) for p in sorted((REPO / "tests" / "wrong").glob(f"{pid}_*.py"))]
