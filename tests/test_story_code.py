@@ -254,6 +254,20 @@ CONTEXTS = {
         w.grad = torch.ones_like(w)
         grad = w.grad
         """, world=4, around={"w -= lr * grad": NO_GRAD}),
+    "p22": Context("""
+        layers = [(w1.float(), w2.float()) for w1, w2 in model.init_layers(2, 32, 64, seed=0)]
+        x, target = (t.float() for t in model.make_batch(8, 32, seed=rank))
+        x[1, 3] = float("nan")
+        keep = torch.isfinite(x).all(dim=1)
+        y = model.forward(x[keep].half(), [(w1.half(), w2.half()) for w1, w2 in layers])
+        per_row = ((y.float() - target[keep]) ** 2).sum(dim=1)
+        scale, lr = 64.0, 0.2
+        w = layers[0][0]
+        g = torch.ones_like(w)
+        stats = torch.stack([per_row.detach().sum(), keep.sum().float()])
+        loss, logged = per_row.sum() / keep.sum(), []
+        log = logged.append
+        """, world=4, around={"w -= lr * g": NO_GRAD}),
     "p23": Context("""
         from puzzles.sim import cuda
         from grader.specs.p23_straggler.layout import StepBatch
