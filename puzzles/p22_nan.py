@@ -1,4 +1,4 @@
-# Generated from solutions/p22_nan.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest f33383cd8de1)
+# Generated from solutions/p22_nan.py by `python -m grader build`: fill in the code marked NotImplementedError, then run `python -m grader`. (stub digest d06c2de4717f)
 """Puzzle 22 — The NaN: a float16 run whose loss turns nan, its causes found and fixed.
 
 The task: `train_fp16` below, as handed to you, trains puzzle 9's model in float16 on 4 ranks (data parallel,
@@ -75,8 +75,9 @@ The grader reads the masters at each `log` call (a step that changed no weight w
 
 Hints:
   - `keep = torch.isfinite(x).all(dim=1)`, then `x[keep]`: the clean rows, before the forward.
-  - `stats = torch.stack([per_row.sum(), keep.sum().float()])`, `dist.all_reduce(stats)`: the loss's share of
-    this rank is `per_row.sum() / stats[1]`, the logged loss `stats[0] / stats[1]`.
+  - `stats = torch.stack([per_row.sum(), keep.sum()]).double()`, `dist.all_reduce(stats)`: the loss's share of
+    this rank is `per_row.sum() / stats[1]`, the logged loss `stats[0] / stats[1]` (in float64 four ranks' float32
+    sums add up exactly, so the logged loss is the same whatever order a backend adds them in).
 """
 
 import torch

@@ -74,8 +74,9 @@ The grader reads the masters at each `log` call (a step that changed no weight w
 
 Hints:
   - `keep = torch.isfinite(x).all(dim=1)`, then `x[keep]`: the clean rows, before the forward.
-  - `stats = torch.stack([per_row.sum(), keep.sum().float()])`, `dist.all_reduce(stats)`: the loss's share of
-    this rank is `per_row.sum() / stats[1]`, the logged loss `stats[0] / stats[1]`.
+  - `stats = torch.stack([per_row.sum(), keep.sum()]).double()`, `dist.all_reduce(stats)`: the loss's share of
+    this rank is `per_row.sum() / stats[1]`, the logged loss `stats[0] / stats[1]` (in float64 four ranks' float32
+    sums add up exactly, so the logged loss is the same whatever order a backend adds them in).
 """
 
 import torch
@@ -92,7 +93,7 @@ def train_fp16(dist, batches, layers, lr, max_norm, init_scale, log):
         keep = torch.isfinite(x).all(dim=1)  # a poisoned sample is dropped before the forward: nan·0 is nan
         y = forward(x[keep].half(), list(zip(half[0::2], half[1::2])))
         per_row = ((y.float() - target[keep]) ** 2).sum(dim=1)  # the loss in float32: a row's 32·100² overflows float16
-        stats = torch.stack([per_row.detach().sum(), keep.sum().float()])
+        stats = torch.stack([per_row.detach().sum(), keep.sum()]).double()  # (exact sums, in any order)
         dist.all_reduce(stats)  # the batch's clean rows: their summed loss and their count
         (per_row.sum() / stats[1] * scale).backward()
         grads = [h.grad.float() / scale for h in half]  # unscale first, in float32

@@ -397,8 +397,9 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "on the device, no sync", "losses.append(logged)",
                "the list holds the tensor itself, which the blocking all-reduce then writes in place: appended "
                "before or after, the list ends up with the same values", occurrence=1),
-    Equivalent("p22", "drop-detach", "stats = torch.stack([per_row.detach().sum(), keep.sum().float()])",
-               "stats = torch.stack([per_row.sum(), keep.sum().float()])",
+    Equivalent("p22", "drop-detach", "stats = torch.stack([per_row.detach().sum(), keep.sum()]).double()  # (exact "
+               "sums, in any order)", "stats = torch.stack([per_row.sum(), keep.sum()]).double()  # (exact sums, in "
+               "any order)",
                "the summed loss joins the graph through the stack, but backward reads only stats[1], the count, "
                "whose gradient reaches per_row as zeros: the same values and the same memory (a few ticks more)",
                occurrence=1),
