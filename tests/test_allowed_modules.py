@@ -184,3 +184,21 @@ def test_a_notebooks_other_cell_is_held_in_what_a_rank_runs(tmp_path):
     with notebook_target(path) as target:
         found = refused_imports((target / SPECS["p3"].filename).read_text(), SPECS["p3"].filename, (), "p3")
     assert len(found) == 1 and "imports subprocess" in found[0], found
+
+
+def test_the_notebooks_check_cell_holds_its_functions_to_the_list_and_names_their_line(tmp_path):
+    """`check("p3")` in a notebook grades the namespace: the imports its functions make are read, where they are."""
+    import types
+
+    from grader.backends.simulator import grade_module
+
+    source = P3_BODY.replace("    loss = loss_fn(", "    import threading\n    loss = loss_fn(", 1)
+    path = tmp_path / "cell.py"
+    path.write_text(source)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, str(path), "exec"), namespace)
+    module = types.ModuleType("notebook_p3")
+    module.__dict__.update({k: v for k, v in namespace.items() if not k.startswith("__")})
+    result = grade_module(SPECS["p3"], module, seed=0)
+    line = source.splitlines().index("    import threading") + 1
+    assert result.status == ERROR and result.error.startswith(f"{path}:{line} imports threading"), result.error

@@ -21,15 +21,19 @@ from puzzles.simulator.modules import ANY_PUZZLE, allowed_from, allowed_module, 
 _CELL_HEADER = re.compile(r"^# ---- (.+) \(cell \d+ of .*\) ----$")
 
 
-def refused_imports(source: str, filename: str = "<answer>", extras=ANY_PUZZLE, puzzle_id: str = "") -> list[str]:
+def refused_imports(source: str, filename: str = "<answer>", extras=ANY_PUZZLE, puzzle_id: str = "",
+                    first_line: int = 1) -> list[str]:
     """One sentence per import outside the list ('p3_data_parallel.py:5 imports threading, which ...'); [] when
-    every import is allowed (or the source does not parse: loading it reports that)."""
+    every import is allowed (or the source does not parse: loading it reports that). `first_line`: the line of
+    `filename` that `source` starts at (a function's source, out of a notebook's cell)."""
     from .learner_code import NOTEBOOK_MARK
 
     try:
         tree = ast.parse(source, filename)
     except SyntaxError:
         return []
+    if first_line != 1:
+        ast.increment_lineno(tree, first_line - 1)
     lines = source.splitlines()
     others = set()  # lines of a notebook's cells that are not the puzzle's own (their module-level imports pass)
     if lines and NOTEBOOK_MARK in lines[0]:
@@ -71,6 +75,30 @@ def refused_imports(source: str, filename: str = "<answer>", extras=ANY_PUZZLE, 
                          f"by a computed name): write an import statement of a module the list allows "
                          f"(puzzles/simulator/modules.py).")
     return sorted(found, key=_line_of)
+
+
+def refused_in_module(module, extras=ANY_PUZZLE, puzzle_id: str = "") -> list[str]:
+    """refused_imports of a module's file, or (a notebook's namespace, graded by the check cell) of each function
+    and class it defines, named by the file and line its code has (the cell's, which the check cell renames)."""
+    import inspect
+    import os
+    import textwrap
+
+    path = getattr(module, "__file__", None)
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return refused_imports(f.read(), os.path.basename(path), extras, puzzle_id)
+    found = []
+    own = {getattr(module, "__name__", None), "__main__"}
+    for value in list(vars(module).values()):
+        if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(value, "__module__", None) in own:
+            try:
+                lines, first = inspect.getsourcelines(value)
+                filename = inspect.getsourcefile(value) or "<notebook>"
+            except (OSError, TypeError):
+                continue
+            found += refused_imports(textwrap.dedent("".join(lines)), filename, extras, puzzle_id, max(first, 1))
+    return sorted(set(found), key=_line_of)
 
 
 def _line_of(sentence: str) -> int:

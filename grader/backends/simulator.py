@@ -20,7 +20,7 @@ from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_e
                            load_module_for_rank, load_puzzle, made_from_notebook, namespace_copy_for_rank,
                            not_implemented_result)
 from .process_state import thread_hooks_changed
-from .imports import describe_refused, refused_imports
+from .imports import describe_refused, refused_imports, refused_in_module
 from .tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 
 
@@ -214,7 +214,7 @@ def _observe_module(spec, module, inputs, seed, before):
         found = internals_used(source)
         if found:
             return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
-        refused = refused_imports(source, spec.filename, spec.modules, spec.id)
+        refused = refused_in_module(module, spec.modules, spec.id)
         if refused:
             return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_refused(refused))
         before = Fingerprint()
