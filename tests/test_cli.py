@@ -149,7 +149,9 @@ def test_sys_exit_is_an_error_of_that_puzzle(where, stubs_folder, capsys):
 
 def test_os_exit_is_an_error_of_that_puzzle(stubs_folder):
     """In a child process: an unguarded os._exit would end the test run itself."""
-    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    import os\n    os._exit(0)\n" + P3_LOSS)
+    # (os reached without an import statement, as a learner who read the grader would: `import os` is refused first)
+    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS,
+           "    os = getattr(print.__self__, '__imp' + 'ort__')('os')\n    os._exit(0)\n" + P3_LOSS)
     proc = subprocess.run([sys.executable, "-m", "grader", "check", str(stubs_folder), "-p", "p3", "p8"], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
