@@ -45,6 +45,8 @@ The simulator, file by file, in puzzles/simulator/ (read collectives.py first to
     simulator/tally.py        what a piece of code costs, outside a run
     simulator/allowed.py      what a rank may do: the policy (one thread, no processes; what guards.py and
                               escapes.py refuse), a list of what is allowed rather than of what was caught
+    simulator/modules.py      what a puzzle's code may import: torch's public API, puzzles.model, puzzles.sim, a
+                              list of standard modules, and per puzzle what its stub needs (p18: io, zlib, ...)
     simulator/guards.py       inside a rank tensors stay tensors (no numpy or list copies the ledger cannot see)
     simulator/filesystem.py   a disk every rank and every run of a job shares, and a rank that dies (checkpoints)
 
@@ -76,6 +78,7 @@ names the rank and the learner's line, and says what to do (simulator/types.py h
     UncostedOpError          an aten op with no cost formula (op_costs.py): the clock cannot charge it honestly
     HiddenMemoryError        a tensor turned into numpy, a list or bytes, which the memory ledger cannot see
     RankThreadError          a rank started a thread or a process; dist used from another thread or after the run
+    ImportRefusedError       a module outside the list of what a puzzle may import (simulator/modules.py)
     UnmatchedError           every rank returned, but a message or collective was never matched
     TimeLimitError           a rank computes too long without communicating (an endless loop)
     CollectiveTimeoutError   with a collective timeout (sim.run's, init_process_group's): a call not completed in
@@ -105,7 +108,7 @@ from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
 from .simulator.memory import Ledger
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, CollectiveTimeoutError, DeadlockError,
-                              HiddenMemoryError, InFlightError, IsolationError, NonContiguousError, OverlapError,
+                              HiddenMemoryError, ImportRefusedError, InFlightError, IsolationError, NonContiguousError, OverlapError,
                               P2PMismatchError, P2POp, ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError,
                               TimeLimitError, UncostedOpError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
 from .simulator.world import World, _active
@@ -115,7 +118,7 @@ __all__ = [
     "tally", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
-    "RankThreadError", "UncostedOpError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
+    "RankThreadError", "ImportRefusedError", "UncostedOpError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
     "Disk", "DiskProfile", "CrashPoint", "RankCrashed", "CollectiveTimeoutError", "FlightRecorderDump",
     "HostProfile", "DataLoader", "TensorDataset", "cuda",
 ]

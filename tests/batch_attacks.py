@@ -6,6 +6,7 @@ paths the instructor uses (the worst case), and records what it managed in a way
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from grader.frontends.targets import REPO
@@ -36,6 +37,29 @@ def in_function(source: str, function: str, code: str) -> str:
     return source[:colon] + body + source[colon:]
 
 
+# A learner who has read the grader names no module off the list of what a puzzle may import in an import statement
+# (the grader reads them before loading the file: puzzles/simulator/modules.py) and never writes `__import__`: it
+# reaches the import through a builtin's `__self__`. Every attack here is handed in so (evade).
+IMP = "getattr(print.__self__, '__imp' + 'ort__')"
+_IMPORT_LINE = re.compile(r"^(\s*)import ([\w., ]+?)\s*(#.*)?$")
+
+
+def evade(source: str) -> str:
+    """`source` with every import statement of a module off the list, and every `__import__(`, made through IMP."""
+    from puzzles.simulator.modules import allowed_module
+
+    out = []
+    for line in source.split("\n"):
+        m = _IMPORT_LINE.match(line)
+        parts = [p.strip().partition(" as ") for p in m.group(2).split(",")] if m else []
+        if m and not all(allowed_module(name.strip()) for name, _, _ in parts):
+            line = m.group(1) + "; ".join(
+                f"{alias.strip()} = {IMP}({name.strip()!r}, fromlist=['_'])" if alias.strip()
+                else f"{name.strip().split('.')[0]} = {IMP}({name.strip()!r})" for name, _, alias in parts)
+        out.append(line)
+    return "\n".join(out).replace("__import__(", IMP + "(")
+
+
 def comm_marker(marker: str) -> str:
     """Code that names this process `marker` (as /proc/PID/comm shows it), so a test can find a survivor."""
     return (f"_ct = __import__('ct' + 'ypes')\n_ct.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n")
@@ -59,7 +83,7 @@ __import__("puzzles.simulator.allowed", fromlist=["_"]).uninstall()  # (the thre
 def daemon(marker: str, body: str) -> str:
     """A double-forked, setsid'd grandchild that runs `body` and then sleeps; the importing process goes on."""
     lines = "\n".join(f"            {line}" for line in body.strip().splitlines())
-    return LIFT_THE_RULES + f'''
+    return evade(LIFT_THE_RULES + f'''
 import os as _os, time as _time
 if _os.fork() == 0:
     _os.setsid()
@@ -71,14 +95,14 @@ if _os.fork() == 0:
         finally:
             _time.sleep(600)
     _os._exit(0)
-'''
+''')
 
 
 def killer(marker: str) -> str:
     """A double-forked, setsid'd daemon that kills the puzzle's warden and the worker's zygote (it can where the
     learner's code runs as the batch's own uid: `process` mode), then sleeps: orphaned past both, it must still
     die with the batch (the batch's parent is a subreaper)."""
-    return LIFT_THE_RULES + f'''
+    return evade(LIFT_THE_RULES + f'''
 import os as _os, time as _time
 def _parent_of(pid):
     try:
@@ -104,7 +128,7 @@ if _os.fork() == 0:
             _time.sleep(600)
     _os._exit(0)
 _time.sleep(1)  # (the daemon's work is done before this puzzle goes on)
-'''
+''')
 
 
 def attack_class(subs: Path, results: list[Path], marker: str) -> dict[str, dict[str, str]]:
@@ -249,7 +273,7 @@ for _fd in _os.listdir("/proc/self/fd"):
         pass
 _os._exit(0)
 '''
-    return {
+    attacks = {
         "alice": {},
         "bob": {p: naive(p) for p in PUZZLES},
         "mallory_delete": {"p1": read_others + solution("p1")},
@@ -290,6 +314,7 @@ _os._exit(0)
                          "    grads = _real_backward(saved, layers, k, grad_y)\n"
                          + "".join(f"    {line}\n" for line in world.strip().splitlines()) + "    return grads\n"},
     }
+    return {name: {pid: evade(source) for pid, source in files.items()} for name, files in attacks.items()}
 
 
 # The submissions whose tests assert that an attack costs its own puzzle only: they hand in the reference solution

@@ -28,7 +28,7 @@ ROOT = REPO
 HANG = "import time\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n    time.sleep(600)\n"
 HOG = ("import torch\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
        "    hog = torch.empty(2**36, dtype=torch.float64)\n")
-CRASH = "import os\nprint('garbage ' * 1000)\nos._exit(3)\n"
+CRASH = "os = getattr(print.__self__, '__imp' + 'ort__')('os')\nprint('garbage ' * 1000)\nos._exit(3)\n"
 MISTYPED = "from puzzles.model import forward, los_fn\n"  # an ImportError that names the grader's own file
 GARBAGE = ("print('\\x00\\xff garbage', flush=True)\n\ndef data_parallel_step(dist, x_shard, target_shard, layers, lr):\n"
            "    for w1, w2 in layers:\n        w1.data = object()\n")

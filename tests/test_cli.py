@@ -136,9 +136,9 @@ def test_a_syntax_error_shows_the_line_and_a_caret(stubs_folder, capsys):
 @pytest.mark.parametrize("where", ["in the function", "at import"])
 def test_sys_exit_is_an_error_of_that_puzzle(where, stubs_folder, capsys):
     if where == "at import":
-        answer(stubs_folder, "p3_data_parallel.py", "import torch\n", "import torch\nimport sys\nsys.exit(0)\n")
+        answer(stubs_folder, "p3_data_parallel.py", "import torch\n", "import torch\nraise SystemExit(0)\n")
     else:
-        answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    import sys\n    sys.exit()\n" + P3_LOSS)
+        answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    raise SystemExit()\n" + P3_LOSS)
     answer(stubs_folder, "p4_tensor_parallel.py", "", "")
     assert cli.main(["check", str(stubs_folder), "-p", "p3", "p4"]) == 1  # never "all passed"
     out = capsys.readouterr().out
@@ -149,7 +149,9 @@ def test_sys_exit_is_an_error_of_that_puzzle(where, stubs_folder, capsys):
 
 def test_os_exit_is_an_error_of_that_puzzle(stubs_folder):
     """In a child process: an unguarded os._exit would end the test run itself."""
-    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS, "    import os\n    os._exit(0)\n" + P3_LOSS)
+    # (os reached without an import statement, as a learner who read the grader would: `import os` is refused first)
+    answer(stubs_folder, "p3_data_parallel.py", P3_LOSS,
+           "    os = getattr(print.__self__, '__imp' + 'ort__')('os')\n    os._exit(0)\n" + P3_LOSS)
     proc = subprocess.run([sys.executable, "-m", "grader", "check", str(stubs_folder), "-p", "p3", "p8"], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr

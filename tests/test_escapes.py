@@ -54,14 +54,15 @@ def test_each_escape_is_refused_on_real_processes_too():
 
 def test_data_hung_on_a_module_is_tampering(tmp_path):
     reference = (REPO / "solutions" / SPECS["p3"].filename).read_text()
-    answer = "import zlib\n" + reference.replace("def data_parallel_step(", "def _step(", 1) + (
+    # (p18 may import zlib, where a restart should lose what is not on the disk; p3 a module on the list: heapq)
+    answer = "import heapq\n" + reference.replace("def data_parallel_step(", "def _step(", 1) + (
         "\n\ndef data_parallel_step(*args, **kwargs):\n"
-        "    zlib.kept = {'step': list(range(1000))}  # survives the run, where no ledger looks\n"
+        "    heapq.kept = {'step': list(range(1000))}  # survives the run, where no ledger looks\n"
         "    return _step(*args, **kwargs)\n")
     path = tmp_path / SPECS["p3"].filename
     path.write_text(answer)
     result = grade_file(SPECS["p3"], path, seed=0)
-    assert result.status == "tampered" and "zlib.kept was added" in result.error, (result.status, result.error)
-    import zlib
+    assert result.status == "tampered" and "heapq.kept was added" in result.error, (result.status, result.error)
+    import heapq
 
-    assert not hasattr(zlib, "kept")  # undone, so that what runs next is sound
+    assert not hasattr(heapq, "kept")  # undone, so that what runs next is sound

@@ -136,25 +136,27 @@ def test_an_honest_answer_is_not_flagged(tmp_path):
     assert result.status == PASS, message
 
 
-# Each cheat names its modules with computed strings, as a determined cheat would, so that the static scan for
-# internals (tested below) does not see it and the fingerprint has to.
-GRADER = "__import__('importlib'.replace('lib', 'lib')).import_module('grad' + 'er.core.compare')"
+# Each cheat names its modules with computed strings, as a determined cheat would, so that the static scans (for
+# internals and for modules off the list, tested below and in test_allowed_modules.py) do not see it and the
+# fingerprint has to: it reaches `__import__` through a builtin's `__self__`, never by name.
+IMP = "getattr(print.__self__, '__imp' + 'ort__')"
+GRADER = f"{IMP}('importlib'.replace('lib', 'lib')).import_module('grad' + 'er.core.compare')"
 @pytest.mark.parametrize("cheat, what", [
     (f"c = {GRADER}\nc.REL_TOL = 1e9\n", "grader.core.compare.REL_TOL"),
     (f"c = {GRADER}\nsetattr(c.values_check, '__co' + 'de__', getattr(lambda *a, **k: None, '__co' + 'de__'))\n",
      "grader.core.compare.values_check"),
-    ("import sys\ns = sys.modules['grad' + 'er.specs.p3_data_parallel']\ns.SPEC.check = lambda obs, ref, inputs: []\n",
+    (f"sys = {IMP}('sys')\ns = sys.modules['grad' + 'er.specs.p3_data_parallel']\ns.SPEC.check = lambda obs, ref, inputs: []\n",
      "SPEC.check"),
     ("import torch\ntorch.allclose = lambda *a, **k: True\n", "torch.allclose"),
     ("import torch\ntorch.Tensor.__sub__ = lambda a, b: a * 0\n", "torch.Tensor.__sub__"),
-    ("import builtins\nbuiltins.max = lambda *a, **k: 0\n", "builtins.max"),
-    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.cost']\nk.CostModel.compute_ticks = lambda self, c, d=None: 0\n",
+    ("builtins = print.__self__\nbuiltins.max = lambda *a, **k: 0\n", "builtins.max"),
+    (f"sys = {IMP}('sys')\nk = sys.modules['puzzles.sim' + 'ulator.cost']\nk.CostModel.compute_ticks = lambda self, c, d=None: 0\n",
      "CostModel.compute_ticks"),
-    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.op_costs']\n"
-     "getattr(k, '_RU' + 'LES')[__import__('torch').ops.aten.mm.default] = k.FREE\n",  # matmuls made free
+    (f"sys = {IMP}('sys')\nk = sys.modules['puzzles.sim' + 'ulator.op_costs']\n"
+     "getattr(k, '_RU' + 'LES')[torch.ops.aten.mm.default] = k.FREE\n",  # matmuls made free
      "op_costs._RULES"),
-    ("import sys\nk = sys.modules['puzzles.sim' + 'ulator.op_costs']\n"
-     "getattr(k, '_RU' + 'LES')[__import__('torch').ops.aten.cholesky_solve.default] = (False, 'none', 'memory')\n",
+    (f"sys = {IMP}('sys')\nk = sys.modules['puzzles.sim' + 'ulator.op_costs']\n"
+     "getattr(k, '_RU' + 'LES')[torch.ops.aten.cholesky_solve.default] = (False, 'none', 'memory')\n",
      "op_costs._RULES"),
     ("from torch.utils import flop_counter\ngetattr(flop_counter, 'flop_' + 'registry').clear()\n", "flop_registry"),
 ])
@@ -177,12 +179,12 @@ def test_modifying_the_grader_simulator_or_torch_is_tampering(tmp_path, cheat, w
 # determined cheat's would be, so that the static scan does not see them.
 P3_WRONG = P3_RIGHT.replace("op=dist.ReduceOp.AVG", "op=dist.ReduceOp.SUM")
 HIDDEN_CHEATS = {
-    "sys.setprofile": "import sys\ngetattr(sys, 'set' + 'profile')(lambda *a: None)\n",
-    "sys.settrace": "import sys\ngetattr(sys, 'set' + 'trace')(lambda *a: None)\n",
+    "sys.setprofile": f"sys = {IMP}('sys')\ngetattr(sys, 'set' + 'profile')(lambda *a: None)\n",
+    "sys.settrace": f"sys = {IMP}('sys')\ngetattr(sys, 'set' + 'trace')(lambda *a: None)\n",
     "threading.setprofile": "import threading\nthreading.setprofile(lambda *a: None)\n",
-    "os.write": "import os\n_w = os.write\nos.write = lambda fd, data: _w(fd, data)\n",
-    "json.dumps": "import json\n_d = json.dumps\njson.dumps = lambda *a, **k: _d(*a, **k)\n",
-    "JSONEncoder.iterencode": "import json.encoder as e\n_i = e.JSONEncoder.iterencode\n"
+    "os.write": f"os = {IMP}('os')\n_w = os.write\nos.write = lambda fd, data: _w(fd, data)\n",
+    "json.dumps": f"json = {IMP}('json')\n_d = json.dumps\njson.dumps = lambda *a, **k: _d(*a, **k)\n",
+    "JSONEncoder.iterencode": f"e = {IMP}('json.encoder', fromlist=['e'])\n_i = e.JSONEncoder.iterencode\n"
                               "e.JSONEncoder.iterencode = lambda self, o, _one_shot=False: _i(self, o)\n",
     "function modes entered": "import torch\nfrom torch.overrides import TorchFunctionMode\n\n\n"
                               "class Zero(TorchFunctionMode):\n"
@@ -226,7 +228,7 @@ def test_a_rank_that_installs_a_hook_in_its_own_thread_is_refused(tmp_path):
     """A rank's thread runs the simulator's and the spec's code after the learner's: a hook installed there would
     see (and could change) what they measure. The rank's rules refuse it where it is set (allowed.py)."""
     body = P3_WRONG.split(P3_IMPORTS)[1].replace(
-        "lr):\n", "lr):\n    getattr(__import__('sys'), 'set' + 'profile')(lambda *a: None)\n", 1)
+        "lr):\n", f"lr):\n    getattr({IMP}('sys'), 'set' + 'profile')(lambda *a: None)\n", 1)
     result, message = grade(tmp_path, "p3", P3_IMPORTS + body)
     assert result.status == "error" and "rank 0 took sys.setprofile" in result.error, message
 
@@ -248,7 +250,7 @@ def test_writing_to_the_ledger_is_tampering(tmp_path, cheat):
 def test_reloading_what_p1_takes_away_is_tampering(tmp_path):
     source = solved("p1")
     source = source.replace("import torch\n", "import torch\nimport torch.utils.checkpoint\n"
-                                              "__import__('imp' + 'ortlib').reload(torch.utils.checkpoint)\n", 1)
+                                              f"{IMP}('imp' + 'ortlib').reload(torch.utils.checkpoint)\n", 1)
     result, message = grade(tmp_path, "p1", source)
     assert result.status == TAMPERED, message
     assert "torch.utils.checkpoint" in result.error, message
@@ -421,7 +423,7 @@ def test_a_rank_that_returns_an_object_is_an_error_and_runs_no_code_in_the_grade
 
 class Trap:
     def __reduce__(self):
-        return (__import__("pathlib").Path.touch, (__import__("pathlib").Path({str(marker)!r}),))
+        return ({IMP}("pathlib").Path.touch, ({IMP}("pathlib").Path({str(marker)!r}),))
 
 
 def data_parallel_step(dist, x_shard, target_shard, layers, lr):

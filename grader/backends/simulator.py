@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from puzzles import model, sim
+from puzzles.simulator.modules import puzzle_modules
 
 from ..core.grading import grade_observation, settle_imports
 from ..core.result import ERROR, TAMPERED, PuzzleResult
@@ -19,6 +20,7 @@ from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_e
                            load_module_for_rank, load_puzzle, made_from_notebook, namespace_copy_for_rank,
                            not_implemented_result)
 from .process_state import thread_hooks_changed
+from .imports import describe_refused, refused_imports, refused_in_module
 from .tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 
 
@@ -201,18 +203,27 @@ def _run(spec: PuzzleSpec, module, inputs: dict, seed: int) -> Observation | Puz
 def observe_module(spec: PuzzleSpec, module, inputs: dict, seed: int,
                    before: Fingerprint | None = None) -> Observation | PuzzleResult:
     """Run the learner's code: what it did, or the PuzzleResult that says why there is nothing to grade."""
+    with puzzle_modules(spec.modules):
+        return _observe_module(spec, module, inputs, seed, before)
+
+
+def _observe_module(spec, module, inputs, seed, before):
     settle_imports()
     if before is None:  # a module made elsewhere (a notebook's namespace): scan what source there is
-        found = internals_used(learner_source(module) or "")
+        source = learner_source(module) or ""
+        found = internals_used(source)
         if found:
             return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+        refused = refused_in_module(module, spec.modules, spec.id)
+        if refused:
+            return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_refused(refused))
         before = Fingerprint()
     return untampered(spec, before, _run(spec, module, inputs, seed))
 
 
 def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan=internals_used,
-                 _fingerprint=Fingerprint, _load=load_puzzle, _run=_run, _untampered=untampered,
-                 _settle=settle_imports):
+                 _imports=refused_imports, _fingerprint=Fingerprint, _load=load_puzzle, _run=_run,
+                 _untampered=untampered, _settle=settle_imports):
     """Load one puzzle file and run it. The spec's run context covers the import too, so that what a puzzle
     takes away (p1: torch.utils.checkpoint) cannot be imported by name before the run; the fingerprint is taken
     before the import, so that changes made at import time count too.
@@ -220,9 +231,19 @@ def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan
     What this call uses is bound when it is defined (the keyword defaults), not looked up in this module when it
     runs: the learner's file is imported inside this very call, and a file that rebinds, say, observe_module must
     not reroute the call it runs in (the fingerprint then names the rebinding)."""
-    found = _scan(path.read_text(), path.name) if path.exists() else []
+    with puzzle_modules(spec.modules):
+        return _observe_file(spec, path, inputs, seed, _scan, _imports, _fingerprint, _load, _run, _untampered,
+                             _settle)
+
+
+def _observe_file(spec, path, inputs, seed, _scan, _imports, _fingerprint, _load, _run, _untampered, _settle):
+    source = path.read_text() if path.exists() else ""
+    found = _scan(source, path.name) if path.exists() else []
     if found:
         return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+    refused = _imports(source, path.name, spec.modules, spec.id)
+    if refused:  # (before the import: a refused module's import-time code never runs)
+        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_refused(refused))
     _settle()
     with spec.run_context():
         before = _fingerprint()

@@ -71,6 +71,9 @@ class PuzzleSpec:
     timeout = 60.0
     hints: tuple[str, ...] = ()
     simulator_only: tuple[str, ...] = ()  # names of the checks only the simulated clock can make (see backends/real/)
+    # What this puzzle's code may import beyond what every puzzle may (puzzles/simulator/modules.py): what its stub
+    # needs (p18: io, zlib, json, hashlib, struct for a checkpoint's bytes)
+    modules: tuple[str, ...] = ()
 
     @property
     def filename(self) -> str:

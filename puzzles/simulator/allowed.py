@@ -23,6 +23,12 @@ that watches one thread per rank. So while a run is on, a rank's own code may do
                            the simulator's own state below the rank's code. traceback.print_exc, logging and
                            warnings take frames for their own work and run as before (here)
     code                   no code made under a file name of ours, torch's or Python's (here)
+    modules                only those on modules.py's list: torch's public API, puzzles.model, puzzles.sim's
+                           public names, a few standard modules (math, functools, itertools, collections,
+                           dataclasses, typing, logging, ...) and what the puzzle's stub needs (p18: io, zlib,
+                           json, hashlib, struct). Read in the source before it is loaded (grader/backends/
+                           imports.py), and refused while a run is on by the "import" audit event when the rank's
+                           own line imports a module that is not loaded yet (here): ImportRefusedError
 
 The grader's and the simulator's own code (the checkpoint disk, the supervisor), torch's code called by them, and
 a library's code run while it is imported are not the rank's and are let through. How the rules are enforced:
@@ -44,8 +50,8 @@ import sys
 import threading
 import traceback
 
-from . import escapes
-from .types import HiddenMemoryError, IsolationError, RankThreadError
+from . import escapes, modules
+from .types import HiddenMemoryError, ImportRefusedError, IsolationError, RankThreadError
 
 try:
     import _posixsubprocess
@@ -191,6 +197,19 @@ def _frame_event(event: str, args, depth: int = 2) -> None:
             f"(traceback.print_exc() works).{debugger}")
 
 
+def _import_event(event: str, args) -> None:
+    """A module imported for the first time while a run is on: refused when the rank's own line imports it (an
+    import statement in a function, `__import__` with a computed name, exec) and it is not on modules.py's list.
+    A library importing what it needs (torch's lazy imports, logging's) is the library's line, and passes."""
+    who = escapes.caller()
+    name = args[0] if args else None
+    if who is None or not isinstance(name, str) or modules.allowed_module(name, modules.extras_now()):
+        return
+    if _not_the_ranks(sys._getframe(2).f_code.co_filename):
+        return
+    raise ImportRefusedError(modules.refusal(name, f"rank {who.rank} at {who.site()}", modules.extras_now()))
+
+
 def refuse(who, what: str, kind: str):
     raise RankThreadError(f"rank {who.rank} started {what} at {who.site()}: {_WHY} {_INSTEAD[kind]}")
 
@@ -254,5 +273,6 @@ escapes.HANDLERS.update(dict.fromkeys(PROCESS_EVENTS, _process_event))
 escapes.HANDLERS.update(dict.fromkeys(CTYPES_EVENTS, _ctypes_event))
 escapes.HANDLERS.update(dict.fromkeys(CODE_EVENTS, _code_event))
 escapes.HANDLERS["marshal.loads"] = _marshal_event
+escapes.HANDLERS["import"] = _import_event
 escapes.HANDLERS.update(dict.fromkeys(("sys._getframe", *OBSERVER_EVENTS), _frame_event))
 escapes.HANDLERS["object.__getattr__"] = _frame_attribute

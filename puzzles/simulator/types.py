@@ -72,6 +72,11 @@ class RankThreadError(SimError):
     (from another thread, or after its run had ended)."""
 
 
+class ImportRefusedError(SimError, ImportError):
+    """A rank's own line imported, while a run was on, a module outside the list of what a puzzle may import
+    (modules.py). An ImportError, so code that falls back when a module is missing runs on."""
+
+
 class UncostedOpError(SimError):
     """A rank ran an aten op that has no cost formula in the puzzles (op_costs.py): the clock and the FLOP count
     would have to guess its work, so it does not run (allowed.py states the policy). The message names the op, the

@@ -3,7 +3,10 @@ and backward run in a Python thread, where neither the clock nor the FLOP count 
 for the stage-compute floor at the peak rate, at tick 0. Its makespan came out below the last rank's own work: a
 bubble of (makespan - W)/W below zero, accepted. A rank that sends a microbatch on without having computed it since
 its input arrived is refused now, whatever the bubble.
-First, though, the thread itself is refused where it is started (puzzles/simulator/allowed.py)."""
+First, though, the thread itself is refused where it is started (puzzles/simulator/allowed.py).
+Before any of that, since issue 29's list of modules, the file is refused where it imports threading
+(puzzles/simulator/modules.py): it is not graded. The rule above still holds by itself ("started a thread
+(threading.Thread.start)", tests/test_sim_threads.py, test_allowed_leaving_torch.py, test_sim_filesystem.py)."""
 
 import threading
 
@@ -13,7 +16,7 @@ from puzzles.model import forward, loss_fn
 
 MISTAKE = "every chunk's work run in a thread, off the clock, with padding products for the compute floor"
 EXPECTED_STATUS = "error"
-DIAGNOSIS = "started a thread (threading.Thread.start)"
+DIAGNOSIS = "imports threading"
 
 
 def off_clock(work):

@@ -1,7 +1,10 @@
 """p18 cheat (found blind): the bulk of the state goes to real files in the temporary folder through builtin
 open(), and only small files to the checkpoint disk: the bytes-written budget is an upper bound, and the answer
 passed on both backends. A rank's own code may no longer write files (the checkpoint disk's calls come through the
-grader's code)."""
+grader's code).
+Before any of that, since issue 29's list of modules, the file is refused where it imports os
+(puzzles/simulator/modules.py): it is not graded. The rule above still holds by itself ("for writing",
+tests/test_sim_threads.py, test_allowed_leaving_torch.py, test_sim_filesystem.py)."""
 
 import io
 import os
@@ -12,7 +15,7 @@ import torch
 
 MISTAKE = "the checkpoint written to real files, not to the checkpoint disk"
 EXPECTED_STATUS = "error"
-DIAGNOSIS = "for writing"
+DIAGNOSIS = "imports os"
 
 ROOT = "checkpoints"
 STORE = "realfile"

@@ -1,7 +1,10 @@
 """p1 cheat (issue 29, raw memory): every block's input is kept, not as a tensor, but pickled by torch.save into an
 io.BytesIO, whose bytes no ledger saw: peak memory of k checkpoints with every activation at hand. torch.save
 from a rank without a checkpoint disk is refused now (puzzles/simulator/escapes.py): its pickler takes a storage's
-bytes by persistent_id, past every __reduce__ a guard could watch."""
+bytes by persistent_id, past every __reduce__ a guard could watch.
+Before any of that, since issue 29's list of modules, the file is refused where it imports io (p18's alone)
+(puzzles/simulator/modules.py): it is not graded. The rule above still holds by itself ("without a checkpoint disk",
+tests/test_sim_threads.py, test_allowed_leaving_torch.py, test_sim_filesystem.py)."""
 
 import io
 
@@ -11,7 +14,7 @@ from puzzles.model import block
 
 MISTAKE = "every activation kept as torch.save bytes in a BytesIO, off the ledger"
 EXPECTED_STATUS = "error"
-DIAGNOSIS = "without a checkpoint disk"
+DIAGNOSIS = "imports io"
 
 
 def checkpointed_forward(x, layers, k):

@@ -2,7 +2,10 @@
 interpreter (builtins), then reads the other ranks' gradients straight out of memory with ctypes, reached as an
 attribute of torch (no `import ctypes` to scan for), and averages them: a few bytes on the wire for a whole
 all-reduce. Inside a rank, data_ptr() now gives an opaque number, not the address (puzzles/simulator/guards.py),
-and ctypes is refused by any path (allowed.py, by its audit events)."""
+and ctypes is refused by any path (allowed.py, by its audit events).
+Before any of that, since issue 29's list of modules, the file is refused where it imports builtins
+(puzzles/simulator/modules.py): it is not graded. The rule above still holds by itself ("used ctypes",
+tests/test_sim_threads.py, test_allowed_leaving_torch.py, test_sim_filesystem.py)."""
 
 import builtins
 
@@ -12,7 +15,7 @@ from puzzles.model import forward, loss_fn
 
 MISTAKE = "the other ranks' gradients read by address through torch.ctypes instead of all-reduced"
 EXPECTED_STATUS = "error"
-DIAGNOSIS = "used ctypes"
+DIAGNOSIS = "imports builtins"
 
 
 def data_parallel_step(dist, x_shard, target_shard, layers, lr):

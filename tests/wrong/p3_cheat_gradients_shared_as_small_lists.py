@@ -1,7 +1,10 @@
 """p3 cheat (issue 29, raw memory): the gradients are averaged through Python lists shared by the ranks (threads of
 one process), copied out of torch 64 numbers at a time, under the old guard's per-call limit, which kept no total:
 no byte on the wire. What a rank takes out of torch is now counted into one running total per rank
-(puzzles/simulator/guards.py), refused past a few thousand numbers."""
+(puzzles/simulator/guards.py), refused past a few thousand numbers.
+Before any of that, since issue 29's list of modules, the file is refused where it imports builtins
+(puzzles/simulator/modules.py): it is not graded. The rule above still holds by itself ("numbers out of tensors in
+all", tests/test_sim_threads.py, test_allowed_leaving_torch.py, test_sim_filesystem.py)."""
 
 import builtins
 
@@ -11,7 +14,7 @@ from puzzles.model import forward, loss_fn
 
 MISTAKE = "the gradients averaged through Python lists shared by the ranks, copied out 64 numbers at a time"
 EXPECTED_STATUS = "error"
-DIAGNOSIS = "numbers out of tensors in all"
+DIAGNOSIS = "imports builtins"
 
 
 def as_list(t):

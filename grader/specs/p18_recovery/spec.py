@@ -46,6 +46,7 @@ class Recovery(PuzzleSpec):
     world_size = N
     cost = COST
     job_of_launches = True
+    modules = ("io", "zlib", "json", "hashlib", "struct")  # a checkpoint's bytes: torch.save to a buffer, its checksum
     hints = ("Write each rank's shard under a temporary name and rename it; gather the checksums; one rank writes "
              "the manifest last, under a temporary name, and renames it: that rename is the commit. Load the newest "
              "folder whose manifest exists and whose shards match it, all ranks agreeing (all_reduce).",)
