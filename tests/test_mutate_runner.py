@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from batch_attacks import IMP  # (__import__ reached without its name: a mistake's tests need os)
 
 from grader.frontends import cli
 from grader.frontends.mutate import child, report, runner
@@ -54,7 +55,7 @@ def grade(*mutants, limits=LIMITS):
 def test_a_deadlock_a_loop_a_crash_and_a_memory_hog_are_killed_by_their_errors():
     deadlock = hand_made(REDUCE, "                if dist.get_rank() != 0:\n    " + REDUCE)
     loop = hand_made(REDUCE, "                while True:\n                    pass\n")
-    crash = hand_made(REDUCE, "                __import__('os').abort()\n")
+    crash = hand_made(REDUCE, f"                {IMP}('os').abort()\n")
     hog = hand_made(REDUCE, "                hog = torch.ones(2 ** 28, dtype=torch.float64)\n" + REDUCE)
     outcomes = grade(deadlock, loop, crash, hog)
     assert [o.status for o in outcomes] == [KILLED] * 4
@@ -65,7 +66,7 @@ def test_a_deadlock_a_loop_a_crash_and_a_memory_hog_are_killed_by_their_errors()
 
 
 def test_a_mutant_that_stops_its_whole_process_is_killed_by_the_wall_clock():
-    frozen = hand_made(REDUCE, "                __import__('os').kill(__import__('os').getpid(), 19)\n")  # SIGSTOP
+    frozen = hand_made(REDUCE, f"                {IMP}('os').kill({IMP}('os').getpid(), 19)\n")  # SIGSTOP
     [outcome] = grade(frozen, limits=Limits(sim_timeout=1.0, wall=3.0, memory_mb=1024))
     assert outcome.status == KILLED
     assert outcome.killed_by.startswith("error: no result after 3 s"), outcome.killed_by
@@ -77,10 +78,10 @@ def test_what_a_mutant_starts_is_killed_with_it_and_does_not_hold_up_the_run(tmp
     # rule first, as only code that has read the grader could, since the runner's cleanup must hold without it.
     pid_file, seconds = tmp_path / "pid", f"600.{os.getpid()}"
     shell = f"echo $$ >> {pid_file}; exec sleep {seconds}"
-    lift = ("                    __import__('puzzles.simulator.allowed', fromlist=['_']).uninstall()\n"
-            "                    __import__('puzzles.simulator.escapes', fromlist=['_']).HANDLERS.clear()\n")
+    lift = (f"                    {IMP}('puzzles.simulator.allowed', fromlist=['_']).uninstall()\n"
+            f"                    {IMP}('puzzles.simulator.escapes', fromlist=['_']).HANDLERS.clear()\n")
     starts = hand_made(REDUCE, f"                if dist.get_rank() == 0 and w is w1:\n{lift}"
-                               f"                    __import__('subprocess').Popen(['sh', '-c', {shell!r}])\n" + REDUCE)
+                               f"                    {IMP}('subprocess').Popen(['sh', '-c', {shell!r}])\n" + REDUCE)
     [outcome] = grade(starts)
     assert outcome.seconds < LIMITS.wall  # it ends at once, its process not waited for
     # (it computes what the reference does, and a mutant's run is not fingerprinted for tampering: child.py)
