@@ -95,6 +95,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import torch as _torch  # (the run's own bookkeeping: sim.torch is no name of the API)
+
 from .simulator.clock import Event
 from .simulator import host as host_model
 from .simulator import timing as cuda  # sim.cuda.Event, sim.cuda.synchronize: torch.cuda's timing
@@ -225,7 +227,13 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
     world.charge_imports = charge_imports
     watchdog.start(world, collective_timeout, trace_buffer_size)  # Part IV
     host_model.start(world, host)
-    world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
+    # autograd's anomaly mode is one switch for the whole process: a rank that turns it on while it debugs (p22's
+    # story shows how) would leave every later run checking each backward op for nan. Each run gets it back.
+    anomaly = (_torch.is_anomaly_enabled(), _torch.is_anomaly_check_nan_enabled())
+    try:
+        world.run(fn, tuple(args), rank_args, make_fn)  # raises the first error of any rank
+    finally:
+        _torch.set_anomaly_enabled(*anomaly)
     for ledger in world.ledgers:
         ledger.close()
     for r in world.ranks:

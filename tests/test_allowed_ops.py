@@ -114,3 +114,20 @@ def test_a_composite_op_that_reaches_the_mode_whole_is_charged_by_its_parts():
 
     [flops] = sim.run(fn, 1, args=(randn(64, 64),)).flops
     assert flops >= 2 * (2 * 64 ** 3)
+
+
+def test_autograds_anomaly_mode_runs_in_a_rank_and_ends_with_the_run():
+    """p22's story points to torch.autograd.set_detect_anomaly(True): its backward asks each op's output whether
+    any entry is nan (aten._is_any_true), charged as a reduction, and the process-wide switch is put back after
+    the run, so that a later run does not check (and pay for) every backward op."""
+    def step(dist):
+        torch.autograd.set_detect_anomaly(True)
+        w = torch.ones(8, 8, dtype=F64, requires_grad=True)
+        (w @ w).sum().backward()
+        return w.grad.sum().item()
+
+    before = torch.is_anomaly_enabled()
+    result = sim.run(step, 1)
+    assert result.results == [1024.0]  # each entry of the gradient of sum(w @ w) at ones: 2·8
+    assert torch.is_anomaly_enabled() == before
+    assert rule_of(torch.ops.aten._is_any_true.default) not in (FREE, REFUSED)

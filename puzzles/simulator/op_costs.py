@@ -229,6 +229,9 @@ _RANDOM = _packets("randn", "rand", "randint", "randperm", "normal", "normal_", 
                    "geometric", "log_normal", "cauchy", "_standard_gamma", "poisson", "_philox_normal_",
                    "_philox_uniform_")
 _FOREACH_NORM = _packets("_foreach_norm")
+# autograd's anomaly mode (torch.autograd.set_detect_anomaly) asks of each backward op's output whether any entry is
+# nan: a reduction of the isnan mask, one FLOP per entry.
+_ANOMALY_CHECKS = _packets("_is_any_true", "_is_all_true")
 # The fused optimizer kernels, per parameter element (Adam: about 15 elementwise ops; SGD with momentum: 4).
 _FUSED_OPTIMIZERS = {p: n for names, n in ((("_fused_adam", "_fused_adam_", "_fused_adamw", "_fused_adamw_"), 15),
                                            (("_fused_sgd", "_fused_sgd_"), 4), (("_fused_adagrad", "_fused_adagrad_"), 6))
@@ -547,7 +550,8 @@ def rule_of(func):
                            (_LAYER_NORM, NORM_FLOPS, "softmax/norm"), (_NORM_VARIANTS, NORM_FLOPS, "softmax/norm"),
                            (_LAYER_NORM_BACKWARD, NORM_BACKWARD_FLOPS, "softmax/norm"),
                            (_NORM_VARIANTS_BACKWARD, NORM_BACKWARD_FLOPS, "softmax/norm"),
-                           (_TWO_PER_ELEMENT, 2, "reduction"), (_SCANS, 1, "reduction")):
+                           (_TWO_PER_ELEMENT, 2, "reduction"), (_SCANS, 1, "reduction"),
+                           (_ANOMALY_CHECKS, 1, "reduction")):
         if packet in group:
             return like, "per input", n, kind
     for group, name in ((_FFT, "fft"), (_CUBIC, "cubic"), (_CDIST, "cdist"), (_TRILINEAR, "trilinear"),
