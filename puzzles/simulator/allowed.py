@@ -203,7 +203,7 @@ def _import_event(event: str, args) -> None:
     A library importing what it needs (torch's lazy imports, logging's) is the library's line, and passes."""
     who = escapes.caller()
     name = args[0] if args else None
-    if who is None or not isinstance(name, str) or modules.allowed_module(name, modules.extras_now()):
+    if who is None or not _held or not isinstance(name, str) or modules.allowed_module(name, modules.extras_now()):
         return
     if _not_the_ranks(sys._getframe(2).f_code.co_filename):
         return
@@ -254,8 +254,13 @@ if _posixsubprocess is not None:
 _saved: list[tuple] = []
 
 
+_held = []  # [True] while the rules are held: the import list is a puzzle's, not the differential corpus's
+
+
 def install() -> None:
-    """Hold the rules while a run is on (called by guards.install, once for the first run of several)."""
+    """Hold the rules while a run is on (called by guards.install, once for the first run of several; not for
+    the differential corpus on gloo, which measures torch.distributed itself, with threads and its own imports)."""
+    _held.append(True)
     for module, name, what, kind in _STARTERS:
         original = getattr(module, name, None)
         if original is not None:
@@ -264,6 +269,7 @@ def install() -> None:
 
 
 def uninstall() -> None:
+    _held.clear()
     for module, name, original in reversed(_saved):
         setattr(module, name, original)
     _saved.clear()

@@ -200,7 +200,8 @@ def _counted_getitem(original):
 def install(current, threads_allowed: bool = False) -> None:
     """Guard the ways out of torch while a run is on. `current()` returns the calling rank (an object with
     `.rank`, `.site()` and `.items_read`) or None for code that is not a rank's own. `threads_allowed` leaves
-    allowed.py's thread rule out (the differential corpus on gloo: torch.distributed's own semantics)."""
+    allowed.py's rules for threads, processes and the import list out (the differential corpus on gloo:
+    torch.distributed's own semantics)."""
     global _users
     with _lock:
         _current.append(current)
