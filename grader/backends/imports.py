@@ -106,6 +106,21 @@ def _line_of(sentence: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def screened(spec, source: str, filename: str, *, _scan=None, _imports=refused_imports):
+    """What both backends say of a puzzle file's source before loading it: `tampered` where it names the grader's
+    internals (tamper.py), `error` where it imports what the list refuses; None when it may be loaded."""
+    from ..core.result import ERROR, TAMPERED, PuzzleResult
+    from .tamper import describe_internals, internals_used
+
+    found = (_scan or internals_used)(source, filename)
+    if found:
+        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
+    refused = _imports(source, filename, spec.modules, spec.id)
+    if refused:  # (before the import: a refused module's import-time code never runs)
+        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_refused(refused))
+    return None
+
+
 def describe_refused(found: list[str]) -> str:
     """The result's error text: the first refusal, and how many more there are."""
     more = len(found) - 1

@@ -20,7 +20,7 @@ from .learner_code import (HARNESS_FILES, TargetError, check_entries, describe_e
                            load_module_for_rank, load_puzzle, made_from_notebook, namespace_copy_for_rank,
                            not_implemented_result)
 from .process_state import thread_hooks_changed
-from .imports import describe_refused, refused_imports, refused_in_module
+from .imports import describe_refused, refused_imports, refused_in_module, screened
 from .tamper import Fingerprint, describe, describe_internals, internals_used, untampered
 
 
@@ -237,13 +237,9 @@ def observe_file(spec: PuzzleSpec, path: Path, inputs: dict, seed: int, *, _scan
 
 
 def _observe_file(spec, path, inputs, seed, _scan, _imports, _fingerprint, _load, _run, _untampered, _settle):
-    source = path.read_text() if path.exists() else ""
-    found = _scan(source, path.name) if path.exists() else []
-    if found:
-        return PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
-    refused = _imports(source, path.name, spec.modules, spec.id)
-    if refused:  # (before the import: a refused module's import-time code never runs)
-        return PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_refused(refused))
+    refused = screened(spec, path.read_text(), path.name, _scan=_scan, _imports=_imports) if path.exists() else None
+    if refused is not None:
+        return refused
     _settle()
     with spec.run_context():
         before = _fingerprint()

@@ -7,8 +7,8 @@ from pathlib import Path
 from ...core.grading import grade_observation
 from ...core.result import ERROR, TAMPERED, PuzzleResult
 from ..learner_code import load_puzzle, not_implemented_result
-from ..imports import describe_refused, refused_imports
-from ..tamper import Fingerprint, describe, describe_internals, internals_used, untampered
+from ..imports import screened
+from ..tamper import Fingerprint, describe, untampered
 from .group import observation, run_tasks
 from .launches import LaunchError, LaunchNotImplemented, RealLauncher, TamperedLaunch
 from .reports import raised_not_implemented
@@ -59,13 +59,9 @@ def grade_files(answers, seed: int, *, dist_backend: str = "gloo", timeout: floa
     results: list = [None] * len(answers)
     runnable, modules = [], {}
     for i, (spec, path) in enumerate(answers):
-        found = internals_used(path.read_text(), path.name) if path.exists() else []
-        if found:
-            results[i] = PuzzleResult(spec.id, spec.name, spec.title, TAMPERED, error=describe_internals(found))
-            continue
-        refused = refused_imports(path.read_text(), path.name, spec.modules, spec.id) if path.exists() else []
-        if refused:  # the same list and the same sentence as on the simulator
-            results[i] = PuzzleResult(spec.id, spec.name, spec.title, ERROR, error=describe_refused(refused))
+        refused = screened(spec, path.read_text(), path.name) if path.exists() else None
+        if refused is not None:  # the same scans and the same sentences as on the simulator
+            results[i] = refused
             continue
         with spec.run_context():  # load once here too: a file that does not import fails here, with its message
             before = Fingerprint()  # the learner's module-level code runs here, in the grader's own process
