@@ -33,6 +33,16 @@ def pytest_cmdline_main(config):
         config.option.dist = "loadgroup"
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """With --dist loadgroup (what `pytest tests` sets), a file marked `xdist_group` runs on one worker whatever
+    pytest's version (tests/xdist_groups.py says why xdist's own way no longer does)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist_groups import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Without -m, the slow tests are left out (deselected, and counted as such in the summary)."""
     if config.option.markexpr:
