@@ -135,7 +135,7 @@ def _marshal_event(event: str, args) -> None:
 # everything. A rank's own code may take no frame (sys._getframe, inspect's frames, a traceback's or a generator's
 # frame) and may not trace, profile or list the objects of the process. Code that takes frames for its own work
 # (logging's caller, traceback.print_exc, torch) runs as before: the rule asks who takes the frame, not who asked.
-FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+FRAME_ATTRIBUTES = escapes.FRAME_ATTRIBUTES
 OBSERVER_EVENTS = {"sys._current_frames": "sys._current_frames()", "sys.settrace": "sys.settrace",
                    "sys.setprofile": "sys.setprofile", "gc.get_objects": "gc.get_objects()",
                    "gc.get_referrers": "gc.get_referrers()", "gc.get_referents": "gc.get_referents()"}
@@ -172,10 +172,12 @@ def _frame_event(event: str, args, depth: int = 2) -> None:
         return
     _busy.on = True
     try:
+        frame = sys._getframe(depth)  # (the frame that asked: past this function, _frame_attribute, the hook)
+        if frame.f_code.co_filename.startswith(escapes.OURS):  # the simulator's or the grader's own look (each
+            return  # call site, every wait): allowed by every rule below, and found before asking whose thread
         who = escapes.caller()
         if who is None:
             return
-        frame = sys._getframe(depth)  # (the frame that asked: past this function, _frame_attribute, the hook)
         if event in ("sys.settrace", "sys.setprofile") and _ours(sys.gettrace() if event == "sys.settrace" else
                                                                  sys.getprofile()):
             return  # a tracer of ours set or cleared (by Python itself, when it raises: grader/core/probe.py)

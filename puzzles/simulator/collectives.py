@@ -47,12 +47,15 @@ _COMBINE = {
 }
 
 
+_DATA_PTR = torch.Tensor.data_ptr  # (bound at import: a rank's data_ptr() is guarded while a run is on, guards.py)
+
+
 def _reduce_into(out: torch.Tensor, tensors: list[torch.Tensor], op: ReduceOp) -> None:
     """out = tensors[0] (op) tensors[1] (op) ..., elementwise, in rank order (so every run gets the same bits).
     `out` may be tensors[0] itself."""
-    out = out.data
-    if (out.data_ptr(), out.shape, out.stride()) != (tensors[0].data_ptr(), tensors[0].shape, tensors[0].stride()):
-        out.copy_(tensors[0])
+    out, first = out.data, tensors[0]
+    if (_DATA_PTR(out), out.shape, out.stride()) != (_DATA_PTR(first), first.shape, first.stride()):
+        out.copy_(first)
     combine = _COMBINE[op]
     for t in tensors[1:]:
         combine(out, t, out=out)

@@ -183,11 +183,16 @@ def _file_event(event: str, args) -> None:
 # process): one hook for every rule, since each hook of the process runs on every audited event (sys._getframe,
 # object.__getattr__), several per op.
 HANDLERS = {"open": _file_event, "mmap.__new__": _file_event}
+# The attributes that hand out a frame (allowed.py's frame rule): reading any other audited attribute (every
+# f_code read raises "object.__getattr__") is no event for a rule.
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 
 
 def _audit(event: str, args) -> None:
     if _caller is None:  # (no run on: one attribute read per audited event)
         return
+    if event == "object.__getattr__" and args[1] not in FRAME_ATTRIBUTES:  # every f_code read: most events of a
+        return  # run, each a stack walk's step (allowed.py's handler, which looks for a frame attribute, inline)
     handler = HANDLERS.get(event)
     if handler is not None:
         handler(event, args)

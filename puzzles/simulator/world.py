@@ -423,13 +423,19 @@ class _Untracked:
         self.guard.__exit__(*exc)
 
 
-# A rank's random-number state is saved and restored at every switch of the baton. Neither call reaches the
-# dispatcher (the generator copies its state in C++), so there is no mode to switch off; `untracked` is set all the
-# same, so that an op one of them made on another torch would be the runtime's own, not the rank's.
+# A rank's random-number state is saved and restored at every switch of the baton, by the generator's own methods
+# (what torch.get_rng_state and set_rng_state call): torch.get_rng_state is guarded while a run is on (the state a
+# rank takes is the rank's memory: guards.py), and the guard's question, whose code is calling, was a third of a
+# collective's cost. Neither call reaches the dispatcher (the generator copies its state in C++), so there is no
+# mode to switch off; `untracked` is set all the same, so that an op one of them made on another torch would be
+# the runtime's own, not the rank's.
+_GENERATOR = torch.default_generator
+
+
 def _rng_state(me) -> torch.Tensor:
     me.untracked = True
     try:
-        return torch.get_rng_state()
+        return _GENERATOR.get_state()
     finally:
         me.untracked = False
 
@@ -437,7 +443,7 @@ def _rng_state(me) -> torch.Tensor:
 def _set_rng_state(me, state: torch.Tensor) -> None:
     me.untracked = True
     try:
-        torch.set_rng_state(state)
+        _GENERATOR.set_state(state)
     finally:
         me.untracked = False
 
