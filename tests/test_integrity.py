@@ -159,6 +159,18 @@ GRADER = f"{IMP}('importlib'.replace('lib', 'lib')).import_module('grad' + 'er.c
      "getattr(k, '_RU' + 'LES')[torch.ops.aten.cholesky_solve.default] = (False, 'none', 'memory')\n",
      "op_costs._RULES"),
     ("from torch.utils import flop_counter\ngetattr(flop_counter, 'flop_' + 'registry').clear()\n", "flop_registry"),
+    # a class Python marks immutable keeps its Python functions watched (the fingerprint skips only its other
+    # members, which no assignment can change): torch.DoubleTensor's storage() with another's code
+    ("import torch\nf = vars(torch.DoubleTensor)['storage']\n"
+     "setattr(f, '__co' + 'de__', getattr(lambda self: None, '__co' + 'de__'))\n", "storage was changed"),
+    # torch's names rebound to torch's own objects, or torch's own functions changed inside: not torch's doing
+    ("import torch\ntorch.float64 = torch.float32\n", "torch.float64 was rebound"),
+    ("import torch\ntorch.nn.functional.mse_loss = torch.nn.functional.l1_loss\n", "mse_loss was rebound"),
+    ("import torch\nF = torch.nn.functional\nsetattr(F.mse_loss, '__co' + 'de__', getattr(F.l1_loss, '__co' + 'de__'))\n",
+     "mse_loss was modified in place"),
+    # a torch class may note a flag in itself (checkpoint's DefaultDeviceType does), not have a method swapped
+    ("import torch.utils.checkpoint as c\nc.DefaultDeviceType.get_device_type = staticmethod(lambda: 'cpu')\n",
+     "DefaultDeviceType.get_device_type was changed"),
 ])
 def test_modifying_the_grader_simulator_or_torch_is_tampering(tmp_path, cheat, what):
     # The cheat runs inside the learner's step (a cheat at import time is caught the same way).

@@ -26,6 +26,7 @@ sandboxed child whose results the parent re-derives (docs/grading.md, "Grading f
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import types
@@ -51,6 +52,9 @@ WATCHED_CLASSES = ("torch.Tensor", "torch.storage.UntypedStorage", "torch.storag
 # torch and the standard library every module-level dict may gain entries: registries such as
 # copy.dispatch_table fill in lazily. Losing or changing an entry is still tampering.)
 GROWING = {"puzzles.simulator.op_costs._RULES"}
+_GROWING_IN = {}  # GROWING by module, as _UNWATCHED_IN below
+for _dotted in GROWING:
+    _GROWING_IN.setdefault(_dotted.rpartition(".")[0], set()).add(_dotted.rpartition(".")[2])
 _UNWATCHED_IN = {}  # UNWATCHED by module: {"sys": {"path", ...}}, so a fingerprint builds no dotted name per attribute
 for _dotted in UNWATCHED:
     _UNWATCHED_IN.setdefault(_dotted.rpartition(".")[0], set()).add(_dotted.rpartition(".")[2])
@@ -92,20 +96,13 @@ class _Print:
         self.value, self.parts, self.kind = value, None, "object"
         if type(value) in _PLAIN or isinstance(value, _SKIP_TYPES):  # most of torch's names: nothing inside to watch
             return
-        if isinstance(value, types.FunctionType):
-            self.kind, self.parts = "function", tuple(getattr(value, a) for a in _FUNCTION_PARTS)
-        elif isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__, types.FunctionType):
-            self.kind, self.parts = "function", tuple(getattr(value.__func__, a) for a in _FUNCTION_PARTS)
-        elif depth == 0 and isinstance(value, type) and getattr(value, "__module__", "") == owner:
-            self.kind, self.parts = "class", _members(value)
-        elif depth == 0 and isinstance(value, dict):
-            self.kind, self.parts = "dict", dict(value)
-        elif depth == 0 and isinstance(value, (list, set)):
-            self.kind, self.parts = "container", list(value)
-        elif depth == 0 and _ours_instance(value):  # a spec, a cost model: an object of one of the project's classes
-            self.kind, self.parts = "instance", dict(vars(value))
+        inside = _inside(value, owner, depth)
+        if inside is not None:
+            self.kind, self.parts = inside
 
-    def same_as(self, later: _Print, grow_ok: bool = False) -> bool:
+    def same_as(self, later, grow_ok: bool = False) -> bool:
+        if type(later) is not _Print:  # (the look of a value with nothing inside is the value itself: _look)
+            return later is self.value and self.kind == "object"
         if later.value is not self.value:
             return False
         if self.kind == "function" or (self.kind == "container" and isinstance(self.value, list)):
@@ -144,6 +141,48 @@ class _Print:
             vars(target).update(self.parts)
 
 
+_function_parts = operator.attrgetter(*_FUNCTION_PARTS)
+
+
+def _inside(value, owner: str, depth: int = 0):
+    """(kind, parts) of what a _Print watches inside `value`, or None when there is nothing inside to watch."""
+    if isinstance(value, types.FunctionType):
+        return "function", _function_parts(value)
+    if isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__, types.FunctionType):
+        return "function", _function_parts(value.__func__)
+    if depth:
+        return None
+    if isinstance(value, type):
+        return ("class", _members(value)) if getattr(value, "__module__", "") == owner else None
+    if isinstance(value, dict):
+        return "dict", dict(value)
+    if isinstance(value, (list, set)):
+        return "container", list(value)
+    if _ours_instance(value):  # a spec, a cost model: an object of one of the project's classes
+        return "instance", dict(vars(value))
+    return None
+
+
+def _look(value, owner: str):
+    """One attribute's look: a _Print where there is something inside to watch (a function's code, a class's
+    members, a container's items, a project object's attributes), else the value itself, compared by identity.
+    Most of the 7,000 attributes a fingerprint holds are builtins and descriptors: an object apiece for them was
+    half of a fingerprint's time."""
+    if type(value) in _PLAIN or isinstance(value, _SKIP_TYPES):
+        return value
+    inside = _inside(value, owner)
+    if inside is None:
+        return value
+    look = _Print.__new__(_Print)
+    look.value, (look.kind, look.parts) = value, inside
+    return look
+
+
+def _value(look):
+    """The attribute a look (_look's) was taken of."""
+    return look.value if type(look) is _Print else look
+
+
 # Set on a class by Python itself: copyreg caches __slotnames__ the first time an instance is copied or pickled.
 _BOOKKEEPING = ("__dict__", "__weakref__", "__slotnames__")
 
@@ -160,7 +199,7 @@ def _inner(value):
     if kind in _PLAIN:
         return None
     if kind is types.FunctionType:  # (FunctionType cannot be subclassed)
-        return (value.__code__, value.__defaults__, value.__kwdefaults__, value.__closure__)
+        return _function_parts(value)
     if _ours_instance(value):
         return dict(vars(value))
     return None
@@ -174,7 +213,15 @@ def _inner_same(a, b) -> bool:
     return a.keys() == b.keys() and all(b[k] is v for k, v in a.items())
 
 
+_IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (Python 3.10): no attribute of the class can be set or deleted
+
+
 def _members(cls: type) -> dict:
+    """{name: (member, _inner(member))} of a class. A type Python marks immutable (int, str, torch.dtype,
+    torch.Size: most of the classes builtins and torch define) refuses every assignment to it, so only what could
+    change in place is kept of it: its Python functions, whose code could be swapped (there are seldom any)."""
+    if cls.__flags__ & _IMMUTABLE:
+        return {k: (v, _inner(v)) for k, v in list(vars(cls).items()) if type(v) is types.FunctionType}
     return {k: (v, _inner(v)) for k, v in list(vars(cls).items()) if k not in _BOOKKEEPING}
 
 
@@ -185,6 +232,13 @@ def _members_same(a: dict, b: dict) -> bool:
 
 
 def _restore_members(cls: type, members: dict) -> None:
+    if cls.__flags__ & _IMMUTABLE:  # (its members cannot have changed; its functions' code can)
+        members = {k: v for k, v in members.items() if type(v[0]) is types.FunctionType}
+        for k, (v, inner) in members.items():
+            for name, part in zip(_FUNCTION_PARTS, inner):
+                if name != "__closure__" and getattr(v, name) is not part:
+                    setattr(v, name, part)
+        return
     for k in [k for k in list(vars(cls)) if k not in members and k not in _BOOKKEEPING]:
         delattr(cls, k)
     for k, (v, inner) in members.items():
@@ -201,14 +255,32 @@ def _restore_members(cls: type, members: dict) -> None:
 
 def _torch_own(value) -> bool:
     """An object torch made itself. Importing a torch submodule lazily (torch.optim's first step imports
-    torch._dynamo) adds it to `torch` and lets it rewrap names such as torch.manual_seed: torch's own doing."""
+    torch._dynamo) adds it to `torch`: torch's own doing."""
     module = getattr(value, "__module__", None) or ""
     return module == "torch" or module.startswith("torch.")
 
 
-def _what_changed(where: str, before: _Print, after: _Print) -> list[str]:
-    """'x was rebound to another object', or which members, items or attributes of x changed."""
-    if after.value is not before.value:
+def _torch_did(before, after) -> bool:
+    """A change in a module of torch's (or the standard library's) that torch makes itself, as it runs: a name a
+    lazy import rewraps (torch._dynamo's wraps torch.manual_seed: the wrapper is torch's and wraps what was
+    there), and a flag on one of torch's classes (torch.utils.checkpoint's DefaultDeviceType notes the device in
+    a class attribute). Any other change is an answer's, torch's objects included: torch.float64 = torch.float32
+    rebinds a name to a torch object (the reference would compute in float32), and a torch function whose code
+    was swapped is still torch's function."""
+    old, new = _value(before), _value(after)
+    if new is not old:
+        return _torch_own(new) and getattr(new, "__wrapped__", None) is old
+    if type(before) is not _Print or before.kind != "class" or type(after) is not _Print:
+        return False
+    a, b = before.parts, after.parts
+    changed = [k for k in a.keys() | b.keys() if k not in a or k not in b or not _members_same({k: a[k]}, {k: b[k]})]
+    return _torch_own(old) and all(isinstance(side[k][0], _SCALARS) for k in changed for side in (a, b) if k in side)
+
+
+def _what_changed(where: str, before, after) -> list[str]:
+    """'x was rebound to another object', or which members, items or attributes of x changed (`before` and
+    `after`: two looks, _look's)."""
+    if _value(after) is not _value(before) or type(before) is not _Print or type(after) is not _Print:
         return [f"{where} was rebound to another object"]
     if before.kind == "function":
         return [f"{where} was modified in place (its code, defaults or closure)"]
@@ -259,7 +331,7 @@ class Fingerprint:
             module = sys.modules.get(name)
             if module is not None:
                 ours, unwatched = name.startswith(WATCHED_PREFIXES), _UNWATCHED_IN.get(name, _NONE_UNWATCHED)
-                self.modules[name] = (module, {k: _Print(v, name) for k, v in list(vars(module).items())
+                self.modules[name] = (module, {k: _look(v, name) for k, v in list(vars(module).items())
                                                if not (k.startswith("__") and k.endswith("__"))
                                                and k not in unwatched
                                                and (ours or not isinstance(v, _SCALARS))})
@@ -292,22 +364,29 @@ class Fingerprint:
                 continue
             attrs2 = later.modules[name][1]
             ours = name.startswith(WATCHED_PREFIXES)
+            growing = _GROWING_IN.get(name, _NONE_UNWATCHED)
             for attr, before in attrs.items():
+                after = attrs2.get(attr, _MISSING)
+                if after is before:  # (a value with nothing inside, still in place: most attributes)
+                    continue
                 where = f"{name}.{attr}"
-                if attr not in attrs2:
+                if after is _MISSING:
                     out.append(f"{where} was deleted")
-                elif not before.same_as(attrs2[attr], grow_ok=where in GROWING or not ours) and (
-                        ours or not _torch_own(attrs2[attr].value)):
-                    out += _what_changed(where, before, attrs2[attr])
+                elif type(before) is not _Print:
+                    if ours or not _torch_did(before, after):
+                        out += _what_changed(where, before, after)
+                elif not before.same_as(after, grow_ok=attr in growing or not ours) and (
+                        ours or not _torch_did(before, after)):
+                    out += _what_changed(where, before, after)
                 elif where in GROWN_ENTRIES_CHECK:
-                    grown, check = attrs2[attr].parts, GROWN_ENTRIES_CHECK[where]
+                    grown, check = after.parts, GROWN_ENTRIES_CHECK[where]
                     forged = [k for k in grown.keys() - before.parts.keys() if not check(k, grown[k])]
                     if forged:
                         out.append(f"{where} gained {len(forged)} entries that are not the simulator's own "
                                    f"({', '.join(map(str, forged[:3]))})")
             out += [f"{name}.{attr} was added" for attr in sorted(attrs2.keys() - attrs.keys())
-                    if ours or not (isinstance(attrs2[attr].value, (*_SCALARS, types.ModuleType))
-                                    or _torch_own(attrs2[attr].value))]
+                    if ours or not (isinstance(_value(attrs2[attr]), (*_SCALARS, types.ModuleType))
+                                    or _torch_own(_value(attrs2[attr])))]
         for name, added in self._names_added().items():
             out += [f"{name}.{attr} was added" for attr in added]
         for dotted, before in self.classes.items():
@@ -350,9 +429,9 @@ class Fingerprint:
             for attr in [a for a in list(current) if a not in attrs and a in later]:
                 del current[attr]
             for attr, before in attrs.items():
-                if current.get(attr, _MISSING) is not before.value:
-                    current[attr] = before.value
-                if attr not in later or not before.same_as(later[attr]):
+                if current.get(attr, _MISSING) is not _value(before):
+                    current[attr] = _value(before)
+                if type(before) is _Print and (attr not in later or not before.same_as(later[attr])):
                     before.restore()
         for dotted, before in self.classes.items():
             if dotted not in now.classes or not before.same_as(now.classes[dotted]):
