@@ -6,6 +6,8 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -246,11 +248,20 @@ def test_a_notebook_is_read_in_a_process_of_its_own_within_a_limit(tmp_path):
 
     nbformat.write(build_notebook(ROOT, solved=True), str(tmp_path / "carol.ipynb"))
     (tmp_path / "copy").mkdir()
-    said = read_notebook({"notebook": str(tmp_path / "carol.ipynb"), "into": str(tmp_path / "copy"), "timeout": 60})
-    assert said == {"error": ""} and (tmp_path / "copy" / "p3_data_parallel.py").is_file()
-    (tmp_path / "late").mkdir()
-    said = read_notebook({"notebook": str(tmp_path / "carol.ipynb"), "into": str(tmp_path / "late"), "timeout": 0})
-    assert said == {"error": "could not read the notebook within 0 s"}, said
+    # A process this one had before is not the reader's to kill (run outside a zygote, the reader's clean-up once
+    # killed this test process's multiprocessing forkserver, and every later gloo test of the process failed).
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        said = read_notebook({"notebook": str(tmp_path / "carol.ipynb"), "into": str(tmp_path / "copy"),
+                              "timeout": 60})
+        assert said == {"error": ""} and (tmp_path / "copy" / "p3_data_parallel.py").is_file()
+        (tmp_path / "late").mkdir()
+        said = read_notebook({"notebook": str(tmp_path / "carol.ipynb"), "into": str(tmp_path / "late"), "timeout": 0})
+        assert said == {"error": "could not read the notebook within 0 s"}, said
+        assert before.poll() is None, f"the reader's clean-up killed a process it did not start ({before.returncode})"
+    finally:
+        before.kill()
+        before.wait()
 
 
 def test_a_private_copy_takes_regular_py_files_and_never_follows_links(tmp_path):

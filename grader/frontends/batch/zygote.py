@@ -135,6 +135,7 @@ def read_notebook(request: dict) -> dict:
     from .submissions import copy_notebook
 
     read_r, write_w = os.pipe()
+    had = set(reaper.children_of(os.getpid()))  # (in a test's process: its own, a multiprocessing forkserver say)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     pid = os.fork()
     if pid == 0:
@@ -155,7 +156,7 @@ def read_notebook(request: dict) -> dict:
     _CURRENT[0] = pid
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.close(write_w)
-    status, timed_out, said, _, _ = _watch(pid, read_r, None, time.monotonic() + request["timeout"])
+    status, timed_out, said, _, _ = _watch(pid, read_r, None, time.monotonic() + request["timeout"], keep=had)
     _CURRENT[0] = None
     if timed_out:
         return {"error": f"could not read the notebook within {request['timeout']} s"}
@@ -290,7 +291,7 @@ def _guard(request, policy, slot, pristine, sock):
     return reply, record
 
 
-def _watch(pid, record_r, output_r, deadline):
+def _watch(pid, record_r, output_r, deadline, keep=None):
     """Read the record and the output while the puzzle runs; at its end or its deadline, kill every process it
     started and drain what is left. Nothing it does can keep the warden waiting past the deadline."""
     import select
@@ -325,7 +326,7 @@ def _watch(pid, record_r, output_r, deadline):
                 read(fd)
         done, st = os.waitpid(pid, os.WNOHANG)
         status = st if done else None
-    status = _kill_all(pid, status)
+    status = _kill_all(pid, status, keep)
     for fd in tuple(open_fds):  # every writer is dead now: what is left is finite
         os.set_blocking(fd, False)
         try:
@@ -339,10 +340,11 @@ def _watch(pid, record_r, output_r, deadline):
     return status, timed_out, bytes(record) if not too_big else bytes(record[:1]), bytes(output), too_big
 
 
-def _kill_all(pid: int, status: int | None) -> int:
+def _kill_all(pid: int, status: int | None, keep=None) -> int:
     """The puzzle's process (PID 1 of its namespace: its death takes every process in it), its session, and
-    whatever was orphaned onto the warden (a subreaper). Returns the puzzle's status. (The zygote then kills every
-    process of the slot's uid, from outside the namespace.)"""
+    whatever was orphaned onto the warden (a subreaper): every child of this process, or with `keep`, every child
+    but those (the processes it had before it forked this one). Returns the puzzle's status. (The zygote then kills
+    every process of the slot's uid, from outside the namespace.)"""
     for kill in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(pid, signal.SIGKILL)):
         try:
             kill()
@@ -350,5 +352,8 @@ def _kill_all(pid: int, status: int | None) -> int:
             pass
     if status is None:
         status = os.waitpid(pid, 0)[1]
-    reaper.reap_children()
+    if keep is None:
+        reaper.reap_children()
+    else:
+        reaper.kill_strays(keep)
     return status
