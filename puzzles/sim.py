@@ -108,16 +108,16 @@ from .simulator.host import HostProfile
 from .simulator.loader import DataLoader, TensorDataset
 from .simulator.op_costs import OpCost, op_cost
 from .simulator.tally import Tally, tally
-from .simulator.memory import Ledger
+from .simulator.memory import Ledger, LedgerView
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, CollectiveTimeoutError, DeadlockError,
                               HiddenMemoryError, ImportRefusedError, InFlightError, IsolationError, NonContiguousError, OverlapError,
                               P2PMismatchError, P2POp, ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError,
                               TimeLimitError, UncostedOpError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
-from .simulator.world import World, _active
+from .simulator.world import World, calling_rank_ledger
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "DeviceProfile", "PUZZLE_GPU", "OpCost", "op_cost", "Tally",
-    "tally", "Event", "Ledger", "ReduceOp", "P2POp", "Work", "ProcessGroup",
+    "tally", "Event", "Ledger", "LedgerView", "ReduceOp", "P2POp", "Work", "ProcessGroup",
     "SimError", "DeadlockError", "CollectiveMismatchError", "P2PMismatchError", "IsolationError",
     "TimeLimitError", "UnmatchedError", "InFlightError", "WorkError", "UnwaitedWorkError", "NonContiguousError",
     "RankThreadError", "ImportRefusedError", "UncostedOpError", "HiddenMemoryError", "AutogradWriteError", "OverlapError",
@@ -178,11 +178,13 @@ class SimResult:
                 "warnings": list(self.warnings)}
 
 
-def current_ledger() -> Ledger | None:
-    """The memory ledger of the simulated rank calling this (None outside a rank): for a harness that wants to
-    know how many bytes a rank holds at some moment, say between a forward and a backward."""
-    world = getattr(_active, "world", None)
-    return None if world is None else world.ledgers[world.current_rank()]
+def current_ledger() -> LedgerView | None:
+    """The memory ledger of the simulated rank calling this, as it stands now (None outside a rank): for a harness
+    that wants to know how many bytes a rank holds at some moment, say between a forward and a backward. A copy
+    of its figures (current, peak, peak_tick, timeline, live_by_line(), peak_by_line()), not the ledger: what a rank
+    holds is a view without levers (simulator/allowed.py)."""
+    ledger = calling_rank_ledger()
+    return None if ledger is None else LedgerView(ledger)
 
 
 def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None = None, seed: int = 0,

@@ -212,7 +212,8 @@ def _forged_observe(spec, module, inputs, seed):
 _bs.observe_module = _forged_observe
 '''
     world = '''
-_ledger = __import__("puzzles.sim", fromlist=["_"]).current_ledger()  # (the garbage collector's list is refused)
+# (sim.current_ledger() hands out a copy; the ledger itself is reached through the simulator's internals, by name)
+_ledger = __import__("puzzles.simulator.world", fromlist=["_"]).calling_rank_ledger()
 _ledger.peak = 8
 '''
     fake = "\\x1b[2K\\r[9/9] alice: 8 passed, 0 failed, 0 errors, 0 not attempted (FAKE-PROGRESS)\\x1b[31m"

@@ -85,6 +85,29 @@ def test_a_state_torch_makes_outside_an_op_is_the_rank_s_own():
     assert sim.run(fn, 2).results == [torch.get_rng_state().numel()] * 2
 
 
+def test_a_generators_state_and_a_checkpoint_read_back_are_the_rank_s_own():
+    """The other tensors torch makes without an op the mode sees, each used the way p18's learner does: a
+    generator's state saved (torch.Generator's get_state() is a C method, read once as a tensor of no rank), and a
+    checkpoint written to the rank's disk and read back with torch.load. isinstance still takes every generator."""
+    def fn(dist, disk):
+        g = torch.Generator().manual_seed(7 + dist.get_rank())
+        saved = g.get_state().clone()
+        first = torch.rand(3, generator=g)
+        g.set_state(saved)
+        again = torch.rand(3, generator=g)
+        fs = disk.mount(dist)
+        with fs.open(f"rank{dist.get_rank()}.pt", "wb") as f:
+            torch.save({"state": saved, "w": first * 2}, f)
+        with fs.open(f"rank{dist.get_rank()}.pt", "rb") as f:
+            loaded = torch.load(f)
+        kinds = [isinstance(x, torch.Generator) for x in (g, torch.default_generator, torch.Generator())]
+        return (torch.equal(first, again), torch.equal(loaded["state"].clone(), saved),
+                torch.equal(loaded["w"] + 0, first * 2), kinds)
+
+    assert sim.run(fn, 2, args=(sim.Disk(),)).results == [(True, True, True, [True, True, True])] * 2
+    assert torch.Generator is torch._C.Generator  # torch's own class again once the run is over
+
+
 def test_data_ptr_in_a_rank_is_an_opaque_number_that_still_tells_storages_apart():
     """Honest code compares data_ptr()s (is this the buffer I saved?): that still works; the number is no address."""
     def fn(dist):

@@ -245,18 +245,47 @@ def test_a_rank_that_installs_a_hook_in_its_own_thread_is_refused(tmp_path):
     assert result.status == "error" and "rank 0 took sys.setprofile" in result.error, message
 
 
-@pytest.mark.parametrize("cheat", [
-    "sim.current_ledger().peak = 0",
-    "led = sim.current_ledger()\n    led.timeline[:] = [(0, 0)]\n    led.peak = 0",
-    "led = sim.current_ledger()\n    [led.free(k) for k in list(getattr(led, '_li' + 've'))]",
-    "led = sim.current_ledger()\n    getattr(led, '_li' + 've').clear(); led.current = 0; led.peak = 0; led.timeline[:] = [(0, 0)]",
+# What sim.current_ledger() hands a rank is a copy of its ledger's figures, no lever on the ledger: each cheat, put
+# into GPipe's order for p6 (which fails its memory budget), either changes nothing the grader reads or fails on
+# the copy itself. The last one forges a consistent ledger (a peak under the budget, a timeline that agrees with
+# it), which the ledger's own audit could not tell from an honest one: it passed p6's memory check when the ledger
+# itself was handed out.
+GPIPE = (Path(__file__).parent / "naive" / "p6_one_f_one_b.py").read_text()
+FORGED = ("led = sim.current_ledger()\n"
+          "    led.timeline[:] = [(t, min(b, max(400_000, led.current))) for t, b in led.timeline]\n"
+          "    led.peak = max(b for _, b in led.timeline)")
+
+
+@pytest.mark.parametrize("cheat, outcome", [
+    ("sim.current_ledger().peak = 0", FAIL),
+    ("led = sim.current_ledger()\n    led.current = led.peak = led.peak_tick = 0", FAIL),
+    ("led = sim.current_ledger()\n    [led.free(k) for k in range(3)]", "no attribute 'free'"),
+    ("sim.current_ledger().close()", "no attribute 'close'"),
+    ("getattr(sim.current_ledger(), '_li' + 've').clear()", "no attribute 'clear'"),
+    (FORGED, "does not support item assignment"),
 ])
-def test_writing_to_the_ledger_is_tampering(tmp_path, cheat):
-    # The cheat comes after the step's peak, where it would lower the peak the grader reads.
-    source = P3_IMPORTS + "from puzzles import sim\n" + P3_RIGHT.split(P3_IMPORTS)[1] + "    " + cheat + "\n"
-    result, message = grade(tmp_path, "p3", source)
-    assert result.status == TAMPERED, message
-    assert "ledger" in result.error, message
+def test_a_rank_holds_a_copy_of_its_ledger_not_a_lever(tmp_path, cheat, outcome):
+    source = GPIPE.replace("import torch\n", "import torch\nfrom puzzles import sim\n", 1).replace(
+        "    return torch.cat(input_grads)", f"    {cheat}\n    return torch.cat(input_grads)")
+    result, message = grade(tmp_path, "p6", source, seed=7)
+    if outcome == FAIL:
+        assert result.status == FAIL, message
+        assert "stage-0 activation memory" in {c.name for c in result.checks if not c.passed}, message
+    else:
+        assert result.status == ERROR and outcome in result.error, message
+
+
+def test_the_copy_of_the_ledger_holds_the_figures_of_the_moment(tmp_path):
+    def fn(dist):
+        before = sim.current_ledger()
+        x = torch.zeros(1000, dtype=torch.float64)
+        after = sim.current_ledger()
+        return before.current, after.current, after.peak, len(after.timeline), after.live_by_line(), x.sum().item()
+
+    (start, end, peak, length, live, _), *_ = sim.run(fn, 2).results
+    assert end - start == 8000 and peak >= end and length >= 2
+    assert any(nbytes == 8000 and "torch.zeros(1000" in site for site, nbytes, _ in live), live
+    assert sim.current_ledger() is None  # outside a rank
 
 
 def test_reloading_what_p1_takes_away_is_tampering(tmp_path):

@@ -11,8 +11,8 @@ that watches one thread per rank. So while a run is on, a rank's own code may do
                            (here)
     tensors stay in torch  no numpy, list, bytes, pickle or DLPack copies beyond a small running total per rank
                            (guards.py), no address (data_ptr() is an opaque number), no ctypes by any path
-                           (here, by its audit events); tensors torch makes outside an op (get_rng_state) are
-                           the rank's own
+                           (here, by its audit events); tensors torch makes outside an op (get_rng_state, a
+                           torch.Generator's get_state, torch.load's) are the rank's own
     ops                    an aten op runs only if op_costs.py has a cost formula for it, or it is a view or
                            a metadata op: anything else (a custom op included) raises UncostedOpError naming
                            the op and the line (mode.py), never a guessed charge
@@ -23,6 +23,9 @@ that watches one thread per rank. So while a run is on, a rank's own code may do
                            the simulator's own state below the rank's code. traceback.print_exc, logging and
                            warnings take frames for their own work and run as before (here)
     code                   no code made under a file name of ours, torch's or Python's (here)
+    views without levers   what a rank is handed (dist, its groups and work handles, sim.current_ledger()'s copy
+                           of the ledger's figures) leads by no attribute to the world, a rank's state, its clock
+                           or its ledger (dist.py, types.py, memory.LedgerView)
     modules                only those on modules.py's list: torch's public API, puzzles.model, puzzles.sim's
                            public names, a few standard modules (math, functools, itertools, collections,
                            dataclasses, typing, logging, ...) and what the puzzle's stub needs (p18: io, zlib,

@@ -10,6 +10,8 @@ As in torch.distributed, a rank outside a group (`GroupMember.NON_GROUP_MEMBER`)
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,9 +37,10 @@ class _GroupNamespace:
         self.NON_GROUP_MEMBER = NON_GROUP_MEMBER
 
 
-class SimDist:
-    """What `fn` receives as `dist`. Same names, argument order, in-place semantics and return values as
-    torch.distributed, so `fn(torch.distributed, ...)` in a real process group computes the same thing."""
+class _Dist:
+    """The implementation of one rank's `dist` (SimDist, below, is what the rank holds). Same names, argument
+    order, in-place semantics and return values as torch.distributed, so `fn(torch.distributed, ...)` in a real
+    process group computes the same thing."""
 
     ReduceOp = ReduceOp
     P2POp = P2POp
@@ -361,6 +364,55 @@ class SimDist:
         if group is NON_GROUP_MEMBER:
             return self._not_in_group("barrier")
         return self._world.collective(self._me, _Call("barrier", _nothing, {}), group, async_op)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What a rank holds: the API, and no lever. The implementation above keeps the world and the rank's state (its
+# clock, its ledger's owner, its running totals) in attributes; `dist` reaches it only through a registry of this
+# module's, so that no attribute of the object a rank is handed (`vars(dist)`, `dist._world`, `dist._me`) leads to
+# the simulator's state. (Code that reads this module's own globals to get there is a learner who reads the grader
+# to defeat it: docs/grading.md, "Threat model".)
+
+_IMPLEMENTATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # SimDist -> its _Dist
+
+
+class SimDist:
+    """What `fn` receives as `dist`: torch.distributed's API as one rank sees it (each method's own docstring says
+    what it does here). A view without levers: none of its attributes leads to the simulator's world or to the
+    rank's state, so a rank can call the API and nothing else."""
+
+    __slots__ = ("group", "GroupMember", "__weakref__")
+    ReduceOp = ReduceOp
+    P2POp = P2POp
+
+    def __init__(self, world: World, rank: int):
+        implementation = _IMPLEMENTATIONS[self] = _Dist(world, rank)
+        self.group = self.GroupMember = implementation.group
+
+    def __getattr__(self, name: str):  # (only for a name that is not found: the API's never reach here)
+        raise AttributeError(f"dist has no attribute {name!r}: it offers torch.distributed's API (dist.get_rank(), "
+                             f"dist.all_reduce(t), ...) and holds none of the simulator's state" + (
+                                 " (a private name: no puzzle needs the simulator's insides)"
+                                 if name.startswith("_") else ""))
+
+    def __repr__(self) -> str:
+        return f"<dist of rank {_IMPLEMENTATIONS[self]._me.rank} (simulated)>"
+
+
+def _forward(name: str, implementation_method):
+    def method(self, *args, **kwargs):
+        return getattr(_IMPLEMENTATIONS[self], name)(*args, **kwargs)
+
+    method.__name__, method.__qualname__ = name, f"SimDist.{name}"
+    method.__doc__ = implementation_method.__doc__
+    method.__signature__ = inspect.signature(implementation_method)
+    return method
+
+
+for _name, _method in list(vars(_Dist).items()):
+    if not _name.startswith("_") and inspect.isfunction(_method):
+        setattr(SimDist, _name, _forward(_name, _method))
+del _name, _method
 
 
 def _splits_agree(calls) -> str | None:

@@ -187,6 +187,35 @@ def _owned(name: str, original):
     return made
 
 
+# torch.Generator's get_state() is a C method of a type that cannot be changed (torch._C.Generator), and the state it
+# hands back is made outside any op the mode sees: read as a tensor of no rank, the first op on it (a clone, to save
+# it) was an IsolationError. So while a run is on, `torch.Generator` is a subclass whose get_state() hands its rank
+# the state as the rank's own memory, as torch.get_rng_state's guard does; isinstance and issubclass against it
+# hold for every generator (the default one, those made before the run), as they do against torch's own class.
+_Generator = torch._C.Generator
+
+
+class _EveryGenerator(type(_Generator)):
+    def __instancecheck__(cls, instance):
+        return isinstance(instance, _Generator)
+
+    def __subclasscheck__(cls, subclass):
+        return issubclass(subclass, _Generator)
+
+
+class Generator(_Generator, metaclass=_EveryGenerator):
+    """torch.Generator inside a simulated rank: the same generator, whose get_state() is the rank's own memory."""
+
+    __module__ = "torch"  # (what the learner's code reads of it: torch's class)
+
+    def get_state(self):
+        state = _Generator.get_state(self)
+        who = _caller()
+        if who is not None and hasattr(who, "adopt_storage"):
+            who.adopt_storage(state.untyped_storage())
+        return state
+
+
 def _counted_getitem(original):
     def getitem(self, index):
         who = _caller()
@@ -225,6 +254,8 @@ def install(current, threads_allowed: bool = False) -> None:
             original = getattr(module, name)
             _saved_functions.append((module, name, original))
             setattr(module, name, _owned(name, original))
+        _saved_functions.append((torch, "Generator", torch.Generator))
+        torch.Generator = Generator
         own = vars(torch.storage._StorageBase).get("__getitem__")
         _saved.append((torch.storage._StorageBase, "__getitem__", own))
         torch.storage._StorageBase.__getitem__ = _counted_getitem(own)

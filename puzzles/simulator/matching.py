@@ -30,7 +30,7 @@ from .collectives import _Call, _Collective, _P2P
 from .deadlock import _doing, _lines
 from .handles import _overlaps
 from .types import (NON_GROUP_MEMBER, CollectiveMismatchError, IsolationError, P2PMismatchError, ProcessGroup, Work,
-                    _Abort, _desc)
+                    _Abort, _desc, world_of)
 
 if TYPE_CHECKING:
     from .world import _RankState
@@ -194,7 +194,7 @@ class _Matching:
         if group is NON_GROUP_MEMBER:
             raise ValueError(f"rank {me.rank} called {what} with GroupMember.NON_GROUP_MEMBER: new_group returned "
                              f"that because rank {me.rank} is not in the group. Call {what} only on ranks of the group.")
-        if not isinstance(group, ProcessGroup) or group._world is not self:
+        if not isinstance(group, ProcessGroup) or world_of(group) is not self:
             raise ValueError(f"rank {me.rank} passed group={group!r} to {what}: use dist.group.WORLD or a group "
                              f"made by this run's dist.new_group")
         if me.rank not in group.ranks:

@@ -347,6 +347,32 @@ class Ledger:
         return f"Ledger(rank={self.rank}, current={self.current}, peak={self.peak} at tick {self.peak_tick})"
 
 
+class LedgerView:
+    """What a rank may read of its own memory ledger (`sim.current_ledger()`): the figures as they stood when it
+    asked, copied. It holds no reference to the ledger, so it is no lever on it: nothing a rank does with it (or to
+    it) changes what the grader reads. Figures: `current`, `peak`, `peak_tick`, `timeline`, `live_by_line()`,
+    `peak_by_line()`, as the Ledger's."""
+
+    __slots__ = ("rank", "current", "peak", "peak_tick", "timeline", "_live", "_peak_live")
+
+    def __init__(self, ledger: Ledger):
+        with ledger._lock:
+            self.rank, self.current, self.peak, self.peak_tick = ledger.rank, ledger.current, ledger.peak, \
+                ledger.peak_tick
+            self.timeline = tuple(ledger.timeline)
+            self._live = tuple(ledger._live.values())
+            self._peak_live = self._live if ledger._peak_pending else tuple(ledger._peak_live.values())
+
+    def live_by_line(self) -> list[tuple[str, int, int]]:
+        return _group(dict(enumerate(self._live)))
+
+    def peak_by_line(self) -> list[tuple[str, int, int]]:
+        return _group(dict(enumerate(self._peak_live)))
+
+    def __repr__(self):
+        return f"LedgerView(rank={self.rank}, current={self.current}, peak={self.peak} at tick {self.peak_tick})"
+
+
 def _group(live: dict) -> list[tuple[str, int, int]]:
     sizes: dict[str, list[int]] = {}
     for nbytes, site in live.values():

@@ -7,6 +7,7 @@ mirror their torch.distributed namesakes. Nothing here runs a rank: the world of
 from __future__ import annotations
 
 import enum
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -172,19 +173,33 @@ def check_reduce_dtype(op: ReduceOp, t: torch.Tensor, what: str) -> None:
                          f"dtype (x.double() / world_size).")
 
 
+# The world a process group or a work handle belongs to, kept here rather than on the object: a rank holds both,
+# and an attribute would lead from them to the simulator's state (dist.py says why not).
+_WORLDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def world_of(handle):
+    """The world of a ProcessGroup or a Work (None for any other object, or one of another run that is gone)."""
+    try:
+        return _WORLDS.get(handle)
+    except TypeError:  # not weakly referable: no handle of ours
+        return None
+
+
 class ProcessGroup:
     """A set of ranks that communicate together. `dist.group.WORLD` holds every rank; `dist.new_group(ranks)`
     makes sub-groups (say, the tensor-parallel and the data-parallel ranks of a 2-D layout)."""
 
     def __init__(self, world: World, gid: int, ranks: tuple[int, ...]):
-        self._world, self.id, self.ranks = world, gid, ranks
+        _WORLDS[self] = world  # (not an attribute: what a rank holds is a view without levers, dist.py)
+        self.id, self.ranks = gid, ranks
 
     def size(self) -> int:
         return len(self.ranks)
 
     def rank(self) -> int:
         """The calling rank's position in this group (-1 if it is not a member), like ProcessGroup.rank()."""
-        me = self._world.current_rank()
+        me = _WORLDS[self].current_rank()
         return self.ranks.index(me) if me in self.ranks else -1
 
     def __repr__(self):
@@ -218,7 +233,8 @@ class Work:
     no more than once (WorkError): real backends lose or hang on the rest."""
 
     def __init__(self, world: World, rank: int, what: str, site: str):
-        self._world, self._rank, self.what, self.site = world, rank, what, site
+        _WORLDS[self] = world
+        self._rank, self.what, self.site = rank, what, site
         self._done = False
         self._end = 0
         self._waited = False
@@ -230,11 +246,11 @@ class Work:
     def is_completed(self) -> bool:
         # Counts as a communication call: it passes the baton, so a polling loop lets the partners progress.
         # A send or recv handle says True only once waited for: gloo's do (measured: False until wait()).
-        self._world.poll(self)
+        _WORLDS[self].poll(self)
         return self._waited if self.what in ("send", "recv") else self._done
 
     def wait(self, timeout=None) -> bool:
-        self._world.wait_handle(self)
+        _WORLDS[self].wait_handle(self)
         return True
 
     def source_rank(self) -> int | None:

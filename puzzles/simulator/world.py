@@ -451,6 +451,13 @@ def _set_rng_state(me, state: torch.Tensor) -> None:
 _active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)
 
 
+def calling_rank_ledger():
+    """The memory ledger of the simulated rank whose thread calls this, or None (sim.current_ledger hands out a
+    copy of its figures)."""
+    world = getattr(_active, "world", None)
+    return None if world is None else world.ledgers[world.current_rank()]
+
+
 def _current_frame(thread: threading.Thread):
     import sys
 

@@ -1,7 +1,8 @@
-"""p3 cheat (issue 29, levers): the whole batch's gradient computed with the simulator's own switch
-`dist._me.untracked` on (reached by a name built at run time), which the runtime sets for its own copies: the ops
-ran off the ledger, the clock and the isolation check. The flag is believed now only while the runtime's own code runs (puzzles/simulator/escapes.py):
-a rank that sets it is refused at its next op."""
+"""p3 cheat (issue 29, levers): the whole batch's gradient computed with the simulator's own switch `untracked`
+on, which the runtime sets for its own copies: the ops ran off the ledger, the clock and the isolation check. `dist`
+holds no reference to the rank's state any more (`dist._me` is an AttributeError), so the cheat digs it out of the
+simulator's world module, loaded already, through a name built at run time. The flag is believed only while the
+runtime's own code runs (puzzles/simulator/escapes.py): a rank that sets it is refused at its next op."""
 
 import torch
 
@@ -13,7 +14,8 @@ DIAGNOSIS = "switched the simulator's own flag"
 
 
 def data_parallel_step(dist, x_shard, target_shard, layers, lr):
-    me = getattr(dist, "_" + "me")  # (a name built at run time: the static scan of internals cannot read it)
+    world_module = getattr(print.__self__, "__imp" + "ort__")("puzzles.simu" + "lator.world", fromlist=["_"])
+    me = world_module._active.world.ranks[dist.get_rank()]  # (names built at run time: no static scan reads them)
     me.untracked = True
     try:
         loss_fn(forward(x_shard, layers), target_shard).backward()
