@@ -226,7 +226,12 @@ class RankClock:
             self.pending[lane].append(entry)
 
     def at_head(self, entry: Queued) -> bool:
-        return all(self.pending[lane] and self.pending[lane][0] is entry for lane in entry.lanes)
+        pending = self.pending
+        for lane in entry.lanes:
+            queue = pending[lane]
+            if not queue or queue[0] is not entry:
+                return False
+        return True
 
     def blocking(self, entry: Queued) -> Queued | None:
         """The op issued before `entry` on one of its lanes that has not been placed yet (what holds it back)."""
@@ -249,10 +254,16 @@ def _place(clocks: list[RankClock], op: QueuedOp, start: int) -> None:
     end = start + op.ticks
     for e in op.entries:
         c = clocks[e.rank]
+        pending, free = c.pending, c.free
         for lane in e.lanes:
-            c.pending[lane].remove(e)
-            c.free[lane] = end
-        c.comm = max(c.comm, end)
+            queue = pending[lane]
+            if queue[0] is e:  # (place_ready places only heads: the common case, without a search)
+                queue.popleft()
+            else:
+                queue.remove(e)
+            free[lane] = end
+        if end > c.comm:
+            c.comm = end
         c.events.append(Event(e.rank, "comm", start=start, end=end, issued=e.issued, **e.event))
         e.work._start = start  # Part IV: the flight recorder's time_started
         e.work._finish(end)
@@ -267,16 +278,27 @@ def place_ready(clocks: list[RankClock], from_ranks) -> None:
     todo = deque(dict.fromkeys(from_ranks))
     while todo:
         rank = todo.popleft()
-        clock = clocks[rank]
-        for lane in ("send", "recv"):
-            if not clock.pending[lane]:
+        pending = clocks[rank].pending
+        for lane in _LANES:
+            queue = pending[lane]
+            if not queue:
                 continue
-            head = clock.pending[lane][0]
-            op = head.op
-            if op is None or not all(clocks[e.rank].at_head(e) for e in op.entries):
+            op = queue[0].op
+            if op is None:
                 continue
-            start = max(max(e.issued, *(clocks[e.rank].free[lane_] for lane_ in e.lanes)) for e in op.entries)
-            todo.extend(e.rank for e in op.entries)
-            _place(clocks, op, start)
-            todo.append(rank)
-            break
+            entries = op.entries
+            start = 0
+            for e in entries:  # (each entry first in its rank's lanes; the op starts when all are issued and free)
+                c = clocks[e.rank]
+                if not c.at_head(e):
+                    break
+                free = c.free
+                start = max(start, e.issued, *[free[other] for other in e.lanes])
+            else:
+                todo.extend([e.rank for e in entries])
+                _place(clocks, op, start)
+                todo.append(rank)
+                break
+
+
+_LANES = ("send", "recv")

@@ -21,7 +21,7 @@ from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _al
                           _broadcast, _Call, _nothing, _reduce_scatter_tensor)
 from .handles import _overlaps
 from .types import (NON_GROUP_MEMBER, AutogradWriteError, NonContiguousError, OverlapError, P2POp, ProcessGroup,
-                    ReduceOp, Work, _desc, _reduce_op, check_reduce_dtype)
+                    ReduceOp, Work, _desc, _reduce_op, _sig, check_reduce_dtype)
 
 if TYPE_CHECKING:
     from .world import World
@@ -229,7 +229,7 @@ class _Dist:
         op = _reduce_op(op)
         check_reduce_dtype(op, tensor, "all_reduce")
         self._check_contiguous(tensor, "all_reduce")
-        call = _Call("all_reduce", _all_reduce, {"tensor": _desc(tensor), "op": op.name},
+        call = _Call("all_reduce", _all_reduce, {"tensor": _sig(tensor), "op": op},
                      reads=[tensor], writes=[tensor], nbytes=_nbytes(tensor), tensor=tensor, op=op)
         return self._world.collective(self._me, call, group, async_op)
 
@@ -243,7 +243,7 @@ class _Dist:
         for t in (*tensor_list, tensor):
             self._check_contiguous(t, "all_gather")
         self._check_autograd("all_gather", tensor_list)
-        call = _Call("all_gather", _all_gather, {"tensor": _desc(tensor)}, reads=[tensor], writes=list(tensor_list),
+        call = _Call("all_gather", _all_gather, {"tensor": _sig(tensor)}, reads=[tensor], writes=list(tensor_list),
                      nbytes=n * _nbytes(tensor), tensor=tensor, tensor_list=tensor_list)
         return self._world.collective(self._me, call, group, async_op)
 
@@ -258,7 +258,7 @@ class _Dist:
             self._check_contiguous(t, "all_gather_into_tensor")
         self._check_autograd("all_gather_into_tensor", [output_tensor], [input_tensor])
         call = _Call("all_gather_into_tensor", _all_gather_into_tensor,
-                     {"input": _desc(input_tensor), "output": _desc(output_tensor)},
+                     {"input": _sig(input_tensor), "output": _sig(output_tensor)},
                      reads=[input_tensor], writes=[output_tensor], nbytes=_nbytes(output_tensor),
                      input=input_tensor, output=output_tensor)
         return self._world.collective(self._me, call, group, async_op)
@@ -275,7 +275,7 @@ class _Dist:
             self._check_contiguous(t, "reduce_scatter_tensor")
         self._check_autograd("reduce_scatter_tensor", [output])
         call = _Call("reduce_scatter_tensor", _reduce_scatter_tensor,
-                     {"input": _desc(input), "output": _desc(output), "op": op.name},
+                     {"input": _sig(input), "output": _sig(output), "op": op},
                      reads=[input], writes=[output], nbytes=_nbytes(input), input=input, output=output, op=op)
         return self._world.collective(self._me, call, group, async_op)
 
@@ -288,7 +288,7 @@ class _Dist:
             raise ValueError(f"broadcast on rank {self._me.rank}: src={src!r} must be a (global) rank of {g}")
         self._check_contiguous(tensor, "broadcast")
         is_root = src == self._me.rank
-        call = _Call("broadcast", _broadcast, {"tensor": _desc(tensor), "src": src},
+        call = _Call("broadcast", _broadcast, {"tensor": _sig(tensor), "src": src},
                      reads=[tensor] if is_root else [], writes=[] if is_root else [tensor],
                      nbytes=_nbytes(tensor), tensor=tensor, is_root=is_root)
         return self._world.collective(self._me, call, group, async_op)
@@ -373,7 +373,18 @@ class _Dist:
 # the simulator's state. (Code that reads this module's own globals to get there is a learner who reads the grader
 # to defeat it: docs/grading.md, "Threat model".)
 
-_IMPLEMENTATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # SimDist -> its _Dist
+class _Registry:
+    """id(a SimDist) -> its _Dist, while the SimDist lives (weakref.finalize drops it). An object, not a module-level
+    dict: the tamper fingerprint holds the simulator's module-level dicts to their contents, and this one changes
+    with every run."""
+
+    __slots__ = ("of",)
+
+    def __init__(self):
+        self.of: dict = {}
+
+
+_IMPLEMENTATIONS = _Registry()
 
 
 class SimDist:
@@ -386,7 +397,8 @@ class SimDist:
     P2POp = P2POp
 
     def __init__(self, world: World, rank: int):
-        implementation = _IMPLEMENTATIONS[self] = _Dist(world, rank)
+        implementation = _IMPLEMENTATIONS.of[id(self)] = _Dist(world, rank)
+        weakref.finalize(self, _IMPLEMENTATIONS.of.pop, id(self), None)
         self.group = self.GroupMember = implementation.group
 
     def __getattr__(self, name: str):  # (only for a name that is not found: the API's never reach here)
@@ -396,12 +408,12 @@ class SimDist:
                                  if name.startswith("_") else ""))
 
     def __repr__(self) -> str:
-        return f"<dist of rank {_IMPLEMENTATIONS[self]._me.rank} (simulated)>"
+        return f"<dist of rank {_IMPLEMENTATIONS.of[id(self)]._me.rank} (simulated)>"
 
 
 def _forward(name: str, implementation_method):
     def method(self, *args, **kwargs):
-        return getattr(_IMPLEMENTATIONS[self], name)(*args, **kwargs)
+        return implementation_method(_IMPLEMENTATIONS.of[id(self)], *args, **kwargs)
 
     method.__name__, method.__qualname__ = name, f"SimDist.{name}"
     method.__doc__ = implementation_method.__doc__

@@ -20,6 +20,7 @@ Work handles (in flight, wait, poll) are in handles.py; what a stuck run looks l
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING
 
 import torch
@@ -52,6 +53,11 @@ def _snapshot_aliased_inputs(calls) -> None:
             setattr(c, field, getattr(c, field).detach().clone())
 
 
+def _shown(value) -> str:
+    """A value of a call's signature as a message shows it: a reduce op by its name (SUM), a tensor as float64[8]."""
+    return value.name if isinstance(value, enum.Enum) else str(value)
+
+
 class _Matching:
     """World's communication methods: collectives and point to point."""
 
@@ -60,15 +66,20 @@ class _Matching:
     def collective(self, me: _RankState, call: _Call, group, async_op: bool):
         self.caller(me, call.name)
         group = self.check_group(me, group, call.name)
-        for t in call.reads + call.writes:
+        reads, writes = call.reads, call.writes
+        for t in reads:
             self.check_owned(me, t, call.name)
+        for t in writes:
+            if not any(t is r for r in reads):  # (an all-reduce's tensor is both: checked once)
+                self.check_owned(me, t, call.name)
         if me.inflight:
             for t in call.reads:
                 self._check_access(me, t, False, call.name)
             for t in call.writes:
                 self._check_access(me, t, True, call.name)
-        seq = me.seq.get(group.id, 0)
-        me.seq[group.id] = seq + 1
+        gid = group.id
+        seq = me.seq.get(gid, 0)
+        me.seq[gid] = seq + 1
         if me.host is not None:  # Part IV: the host issues the call (host.py)
             me.host.launch(me.clock)
         call.rank, call.issued = me.rank, me.clock.compute
@@ -76,9 +87,10 @@ class _Matching:
         call.phase = phase()
         call.label = me.labels[-1] if me.labels else ""
         me.last_site = call.site
-        coll = self.open.get((group.id, seq))
+        key = (gid, seq)
+        coll = self.open.get(key)
         if coll is None:
-            coll = self.open[(group.id, seq)] = _Collective(call.name, group, seq)
+            coll = self.open[key] = _Collective(call.name, group, seq)
         if coll.calls:
             self._check_signature(coll, call)
         work = Work(self, me.rank, call.name, call.site)
@@ -93,7 +105,7 @@ class _Matching:
         if async_op:
             self._mark_inflight(me, work, call.reads, call.writes, call.name)
         if len(coll.calls) == len(group.ranks):
-            del self.open[(group.id, seq)]
+            del self.open[key]
             self._complete(coll)
         if async_op:
             self.yield_baton(me)
@@ -109,8 +121,9 @@ class _Matching:
             keys = [k for k in first.signature if first.signature[k] != call.signature.get(k)]
             if not keys:
                 return
-            diff = "; ".join(f"rank {first.rank} passed {k}={first.signature[k]} (at {first.site}), "
-                             f"rank {call.rank} passed {k}={call.signature[k]} (at {call.site})" for k in keys)
+            diff = "; ".join(f"rank {first.rank} passed {k}={_shown(first.signature[k])} (at {first.site}), "
+                             f"rank {call.rank} passed {k}={_shown(call.signature.get(k))} (at {call.site})"
+                             for k in keys)
         error = CollectiveMismatchError(
             f"ranks met in {coll.where()} with different arguments: {diff}. Every rank of the group must make the "
             f"same collective call with tensors of the same shape and dtype (torch.distributed would hang or "
@@ -143,11 +156,15 @@ class _Matching:
                                           ranks=coll.group.ranks)
         else:
             ticks = self.cost.comm_ticks(coll.name, calls[0].nbytes, n, ranks=coll.group.ranks)
+        wires = {}  # bytes a rank brings -> bytes it sends (the same for every rank but in an all-to-all)
+        ranks = coll.group.ranks
         for c in calls:
-            wire = self.cost.wire_bytes(coll.name, c.sent if hasattr(c, "sent") else c.nbytes, n,
-                                        ranks=coll.group.ranks)
+            amount = c.sent if hasattr(c, "sent") else c.nbytes
+            wire = wires.get(amount)
+            if wire is None:
+                wire = wires[amount] = self.cost.wire_bytes(coll.name, amount, n, ranks=ranks)
             c.queued.event = dict(kind=coll.name, nbytes=c.nbytes, wire_bytes=wire, phase=c.phase,
-                                  peers=coll.group.ranks, site=c.site, label=c.label)
+                                  peers=ranks, site=c.site, label=c.label)
         self._matched([c.queued for c in calls], ticks)
 
     def _issue(self, me: _RankState, work: Work, lanes: tuple[str, ...]) -> Queued:

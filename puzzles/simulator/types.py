@@ -163,6 +163,8 @@ def check_reduce_dtype(op: ReduceOp, t: torch.Tensor, what: str) -> None:
     """Refuse what torch.distributed refuses: bitwise ops on floats ("Cannot use ReduceOp.BAND with non-integral
     dtype"), and AVG on integers or bools (the average is not an integer: gloo raises "result type Float can't be
     cast to the desired output type")."""
+    if op is ReduceOp.SUM:  # (the common case: every dtype may be summed)
+        return
     exact = not (t.is_floating_point() or t.is_complex())
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and not exact:
         raise ValueError(f"{what} with ReduceOp.{op.name} on a {_desc(t)} tensor: bitwise reductions take integer "
@@ -267,6 +269,22 @@ class Work:
 
     def __repr__(self):
         return f"<Work {self.what} rank={self._rank} {'done' if self._done else 'pending'}>"
+
+
+class _Sig(tuple):
+    """(dtype, shape) of a tensor a collective takes, what must agree across ranks: compared as a tuple, shown as
+    _desc shows it (a call's signature is compared at every collective and shown only when ranks differ)."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return f"{str(self[0]).replace('torch.', '')}[{', '.join(map(str, self[1]))}]"
+
+    __repr__ = __str__
+
+
+def _sig(t: torch.Tensor) -> _Sig:
+    return _Sig((t.dtype, t.shape))
 
 
 def _desc(t: torch.Tensor) -> str:
