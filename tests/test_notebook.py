@@ -86,13 +86,32 @@ def test_building_twice_writes_the_same_notebook():
     assert nbformat.writes(build_notebook(ROOT)) == nbformat.writes(build_notebook(ROOT))
 
 
+# The puzzles a solved notebook grades in `pytest tests` (the others' cells stay as shipped): data parallel, the
+# 3-D layout whose answers the section at scale runs, the interleaved pipeline's schedule, the straggler's timing
+# events. Every puzzle solved: `pytest tests -m slow` (and `-m learner` on the oldest torch).
+SOME = ("p3", "p11", "p16", "p23")
+
+
+def partly_solved(solved) -> nbformat.NotebookNode:
+    """The notebook with the puzzles of `solved` solved (True: every one) and the others' cells as shipped."""
+    nb = build_notebook(ROOT, solved=bool(solved))
+    if solved and solved is not True:
+        shipped = {c.get("id"): c.source for c in build_notebook(ROOT).cells}
+        for c in nb.cells:
+            if c.get("id") in SPECS and c.get("id") not in solved:
+                c.source = shipped[c.get("id")]
+    return nb
+
+
 @pytest.mark.learner  # the check cells on the oldest supported torch too (tests/test_torch_range.py)
-@pytest.mark.parametrize("solved, expected", [(False, "not attempted"), (True, "PASS")])
-def test_notebook_runs_top_to_bottom(solved, expected, tmp_path):
-    nb = execute(build_notebook(ROOT, solved=solved), ROOT)
+@pytest.mark.parametrize("solved", [pytest.param(False, id="as-shipped"), pytest.param(SOME, id="solved-some"),
+                                    pytest.param(True, id="solved", marks=pytest.mark.slow)])
+def test_notebook_runs_top_to_bottom(solved, tmp_path):
+    nb = execute(partly_solved(solved), ROOT)
     assert not errors_of(nb), errors_of(nb)
     shown = check_outputs(nb)
     for spec in SPECS.values():
+        expected = "PASS" if solved is True or solved and spec.id in solved else "not attempted"
         assert f"{spec.id} {spec.title}: {expected}" in shown[spec.id], (spec.id, shown[spec.id][:500])
         outputs = cell(nb, f"{spec.id}-check").outputs
         assert not [o for o in outputs if o.output_type == "execute_result"]  # no Out[N]: PuzzleResult(...)
@@ -103,7 +122,7 @@ def test_notebook_runs_top_to_bottom(solved, expected, tmp_path):
         assert "step time" in at_scale and answers in at_scale, at_scale[:2000]
     else:
         assert "step time" in at_scale or f"could not run on this torch ({torch.__version__})" in at_scale
-    if solved:  # the size a learner's saved notebook reaches (recorded in the issue note, not asserted)
+    if solved is True:  # the size a learner's saved notebook reaches (recorded in the issue note, not asserted)
         path = tmp_path / "solved.ipynb"
         nbformat.write(nb, str(path))
         print(f"solved notebook, executed: {path.stat().st_size:,} bytes")

@@ -192,7 +192,8 @@ def test_the_line_through_two_runs_is_the_full_run_tick_for_tick(virtual, tensor
 
 
 @pytest.mark.parametrize("p, virtual, recompute, data, runs", [
-    (7, 1, "selective", 1, [4, 4, 5, 5, 6]), (10, 2, "full", 2, [4, 4, 6, 6, 8]),
+    (7, 1, "selective", 1, [4, 4, 5, 5, 6]),
+    pytest.param(10, 2, "full", 2, [4, 4, 6, 6, 8], marks=pytest.mark.slow),  # 20 s, and
     pytest.param(11, 3, "full", 1, [5, 5, 7, 7, 9], marks=pytest.mark.slow)])  # 45 s: `pytest tests -m slow` only
 def test_the_lines_through_shorter_pipelines_are_the_full_pipeline_tick_for_tick(p, virtual, recompute, data, runs):
     """Each stage on its own node (t = 8): the step read off the lines through runs of fewer stages (checked
