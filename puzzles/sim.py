@@ -179,10 +179,10 @@ class SimResult:
 
 
 def current_ledger() -> LedgerView | None:
-    """The memory ledger of the simulated rank calling this, as it stands now (None outside a rank): for a harness
-    that wants to know how many bytes a rank holds at some moment, say between a forward and a backward. A copy
-    of its figures (current, peak, peak_tick, timeline, live_by_line(), peak_by_line()), not the ledger: what a rank
-    holds is a view without levers (simulator/allowed.py)."""
+    """The memory ledger of the simulated rank calling this (None outside a rank): for a harness that wants to know
+    how many bytes a rank holds at some moment, say between a forward and a backward. A read-only view of its
+    figures (current, peak, peak_tick, timeline, live_by_line(), peak_by_line()), not the ledger: what a rank holds is
+    a view without levers (simulator/allowed.py)."""
     ledger = calling_rank_ledger()
     return None if ledger is None else LedgerView(ledger)
 

@@ -1,5 +1,5 @@
 """What a rank is handed is a view without levers (issue 29): `dist`, its process groups, the work handles it
-returns, `sim.current_ledger()`'s copy, sim.cuda's events and sim.DataLoader lead by no attribute to the
+returns, `sim.current_ledger()`'s read-only view, sim.cuda's events and sim.DataLoader lead by no attribute to the
 simulator's world, a rank's state, its clock or its memory ledger. (A rank's code that reads the simulator's own
 module globals or closures to get there is the threat model's residue: docs/grading.md.)"""
 

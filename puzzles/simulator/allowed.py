@@ -23,7 +23,7 @@ that watches one thread per rank. So while a run is on, a rank's own code may do
                            the simulator's own state below the rank's code. traceback.print_exc, logging and
                            warnings take frames for their own work and run as before (here)
     code                   no code made under a file name of ours, torch's or Python's (here)
-    views without levers   what a rank is handed (dist, its groups and work handles, sim.current_ledger()'s copy
+    views without levers   what a rank is handed (dist, its groups and work handles, sim.current_ledger()'s view
                            of the ledger's figures) leads by no attribute to the world, a rank's state, its clock
                            or its ledger (dist.py, types.py, memory.LedgerView)
     modules                only those on modules.py's list: torch's public API, puzzles.model, puzzles.sim's

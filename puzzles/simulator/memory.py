@@ -347,27 +347,47 @@ class Ledger:
         return f"Ledger(rank={self.rank}, current={self.current}, peak={self.peak} at tick {self.peak_tick})"
 
 
-class LedgerView:
-    """What a rank may read of its own memory ledger (`sim.current_ledger()`): the figures as they stood when it
-    asked, copied. It holds no reference to the ledger, so it is no lever on it: nothing a rank does with it (or to
-    it) changes what the grader reads. Figures: `current`, `peak`, `peak_tick`, `timeline`, `live_by_line()`,
-    `peak_by_line()`, as the Ledger's."""
+class _Registry:
+    """id(a LedgerView) -> the Ledger it reads, while the view lives. An object, not a module-level dict (the
+    tamper fingerprint holds the simulator's module-level dicts to their contents)."""
 
-    __slots__ = ("rank", "current", "peak", "peak_tick", "timeline", "_live", "_peak_live")
+    __slots__ = ("of",)
+
+    def __init__(self):
+        self.of: dict = {}
+
+
+_VIEWED = _Registry()
+
+
+class LedgerView:
+    """What a rank may read of its own memory ledger (`sim.current_ledger()`): its figures, read-only, and no
+    lever on the ledger. The view keeps no reference to the ledger in any attribute (it is found in this module's
+    registry), and hands out copies: `current`, `peak`, `peak_tick` and `timeline` as they are when read,
+    `live_by_line()` and `peak_by_line()` as the Ledger's. Nothing a rank does with it changes what the grader
+    reads."""
+
+    __slots__ = ("__weakref__",)
 
     def __init__(self, ledger: Ledger):
-        with ledger._lock:
-            self.rank, self.current, self.peak, self.peak_tick = ledger.rank, ledger.current, ledger.peak, \
-                ledger.peak_tick
-            self.timeline = tuple(ledger.timeline)
-            self._live = tuple(ledger._live.values())
-            self._peak_live = self._live if ledger._peak_pending else tuple(ledger._peak_live.values())
+        _VIEWED.of[id(self)] = ledger
+        weakref.finalize(self, _VIEWED.of.pop, id(self), None)
+
+    rank = property(lambda self: _VIEWED.of[id(self)].rank)
+    current = property(lambda self: _VIEWED.of[id(self)].current)
+    peak = property(lambda self: _VIEWED.of[id(self)].peak)
+    peak_tick = property(lambda self: _VIEWED.of[id(self)].peak_tick)
+    timeline = property(lambda self: tuple(_VIEWED.of[id(self)].timeline))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"sim.current_ledger() is a view of the rank's memory ledger, read-only: its {name} "
+                             f"cannot be written (the grader reads the ledger itself)")
 
     def live_by_line(self) -> list[tuple[str, int, int]]:
-        return _group(dict(enumerate(self._live)))
+        return _VIEWED.of[id(self)].live_by_line()
 
     def peak_by_line(self) -> list[tuple[str, int, int]]:
-        return _group(dict(enumerate(self._peak_live)))
+        return _VIEWED.of[id(self)].peak_by_line()
 
     def __repr__(self):
         return f"LedgerView(rank={self.rank}, current={self.current}, peak={self.peak} at tick {self.peak_tick})"

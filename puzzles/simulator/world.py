@@ -453,7 +453,7 @@ _active = threading.local()  # .world: the World whose rank runs in this thread 
 
 def calling_rank_ledger():
     """The memory ledger of the simulated rank whose thread calls this, or None (sim.current_ledger hands out a
-    copy of its figures)."""
+    read-only view of its figures)."""
     world = getattr(_active, "world", None)
     return None if world is None else world.ledgers[world.current_rank()]
 

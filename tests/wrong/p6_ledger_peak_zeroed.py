@@ -1,17 +1,16 @@
 """p6 cheat: GPipe's order, and rank 0 writes its ledger's peak down to nothing before returning, to pass the
-memory budget. sim.current_ledger() hands a rank a copy of its ledger's figures, not the ledger (a view without
-levers), so the write changes nothing the grader reads: the memory budget fails on the true peak, and the 1F1B
-schedule check, read off what rank 0 computed, is not fooled either. (The same write on the ledger itself, reached
-through the simulator's internals, is tampering: tests/test_batch_sandbox.py.)"""
+memory budget. sim.current_ledger() hands a rank a read-only view of its ledger's figures, not the ledger (a view
+without levers), so the write is refused where it is made. (The same write on the ledger itself, reached through
+the simulator's internals, is tampering: tests/test_batch_sandbox.py.)"""
 
 import torch
 
 from puzzles import sim
 from puzzles.model import forward, loss_fn
 
-MISTAKE = "GPipe's order, with the peak of sim.current_ledger()'s copy overwritten to pass the memory budget"
-EXPECTED_FAILURES = {"1F1B schedule", "stage-0 activation memory"}
-DIAGNOSIS = "still all forwards before all backwards"
+MISTAKE = "GPipe's order, with the peak of sim.current_ledger()'s view overwritten to pass the memory budget"
+EXPECTED_STATUS = "error"
+DIAGNOSIS = "its peak cannot be written"
 
 
 def one_f_one_b_step(dist, layers, x, target, n_micro, micro_shape):
