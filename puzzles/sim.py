@@ -98,9 +98,7 @@ from dataclasses import dataclass
 import torch as _torch  # (the run's own bookkeeping: sim.torch is no name of the API)
 
 from .simulator.clock import Event
-from .simulator import host as host_model
 from .simulator import timing as cuda  # sim.cuda.Event, sim.cuda.synchronize: torch.cuda's timing
-from .simulator import watchdog
 from .simulator.cost import PUZZLE_GPU, CostModel, DeviceProfile
 from .simulator.filesystem import CrashPoint, Disk, DiskProfile
 from .simulator.flight_recorder import FlightRecorderDump
@@ -112,8 +110,10 @@ from .simulator.memory import Ledger, LedgerView
 from .simulator.types import (AutogradWriteError, CollectiveMismatchError, CollectiveTimeoutError, DeadlockError,
                               HiddenMemoryError, ImportRefusedError, InFlightError, IsolationError, NonContiguousError, OverlapError,
                               P2PMismatchError, P2POp, ProcessGroup, RankCrashed, RankThreadError, ReduceOp, SimError,
-                              TimeLimitError, UncostedOpError, UnmatchedError, UnwaitedWorkError, Work, WorkError)
-from .simulator.world import World, calling_rank_ledger
+                              TimeLimitError, UncostedOpError, UnmatchedError, UnwaitedWorkError, WorkError)
+from .simulator.types import WorkHandle as Work  # (what a rank holds: the simulator's own Work stays inside)
+from .simulator import host as _host, watchdog as _watchdog, world as _world  # noqa: E402  (loaded now: run and
+del _host, _watchdog, _world  # current_ledger take them inside, so that sim's own names are its API alone)
 
 __all__ = [
     "run", "current_ledger", "SimResult", "CostModel", "DeviceProfile", "PUZZLE_GPU", "OpCost", "op_cost", "Tally",
@@ -183,6 +183,8 @@ def current_ledger() -> LedgerView | None:
     how many bytes a rank holds at some moment, say between a forward and a backward. A read-only view of its
     figures (current, peak, peak_tick, timeline, live_by_line(), peak_by_line()), not the ledger: what a rank holds is
     a view without levers (simulator/allowed.py)."""
+    from .simulator.world import calling_rank_ledger  # (inside: sim's own names are its API and nothing else)
+
     ledger = calling_rank_ledger()
     return None if ledger is None else LedgerView(ledger)
 
@@ -225,6 +227,9 @@ def run(fn, world_size: int, *, args=(), rank_args=None, cost: CostModel | None 
         raise ValueError(f"rank_args needs one entry per rank: {world_size}, got {len(rank_args)}")
     if (fn is None) == (make_fn is None):
         raise ValueError("sim.run needs either fn or make_fn (not both)")
+    from .simulator import host as host_model, watchdog  # (inside: sim's own names are its API and nothing else)
+    from .simulator.world import World
+
     world = World(world_size, cost or CostModel(), seed, timeout, library_files, harness_files)
     world.charge_imports = charge_imports
     watchdog.start(world, collective_timeout, trace_buffer_size)  # Part IV

@@ -97,3 +97,87 @@ def test_dist_still_offers_the_whole_api_with_its_signatures():
     for name in offered:
         assert inspect.signature(getattr(SimDist, name)) == inspect.signature(getattr(_Dist, name)), name
         assert getattr(SimDist, name).__doc__ == getattr(_Dist, name).__doc__, name
+
+
+def test_a_work_handle_offers_the_api_and_nothing_else():
+    def fn(dist):
+        x = torch.ones(4, dtype=torch.float64)
+        work = dist.all_reduce(x, async_op=True)
+        offered = sorted(n for n in dir(work) if not n.startswith("__"))
+        with pytest.raises(AttributeError, match="holds none of the simulator's state"):
+            getattr(work, "_" + "queued")
+        assert not hasattr(work, "__dict__")
+        work.wait()
+        return offered, work.is_completed(), repr(work)
+
+    offered, done, shown = sim.run(fn, 2).results[0]
+    assert offered == ["_source_rank", "is_completed", "source_rank", "wait"] and done
+    assert shown.startswith("<Work all_reduce rank=0")
+
+
+def test_the_ranks_thread_holds_neither_its_target_nor_its_arguments():
+    """threading.current_thread() is reachable from a rank (logging holds `threading`): its target was the world's
+    own method, and its arguments the rank's state."""
+    import logging
+
+    def fn(dist):
+        thread = logging.threading.current_thread()
+        return [n for n in ("_target", "_args", "_kwargs") if hasattr(thread, n)], thread.name
+
+    assert sim.run(fn, 2).results == [([], "sim-rank-0"), ([], "sim-rank-1")]
+
+
+def test_a_frame_logging_hands_out_is_refused_and_logging_still_works(caplog):
+    import logging
+
+    def fn(dist):
+        logging.getLogger("rank").warning("rank %d says hello", dist.get_rank())  # (logging takes frames itself)
+        with pytest.raises(sim.IsolationError, match=r"took sys._getframe .* logging.currentframe\(\)"):
+            logging.currentframe()  # the caller's frame: it reaches the simulator's below the rank's code
+
+    with caplog.at_level(logging.WARNING):
+        sim.run(fn, 1)
+    assert "rank 0 says hello" in caplog.text
+
+
+def test_puzzles_sim_offers_its_api_alone():
+    """puzzles.sim's own names are what it exports (__all__), and none of its modules holds one of the simulator's
+    modules by name: `from puzzles.sim import calling_rank_ledger` once handed out the ledger itself."""
+    from puzzles.simulator.modules import allowed_from
+
+    plain = {"annotations", "dataclass", "dataclasses", "_torch"}  # (the module's own bookkeeping: no lever)
+    extra = {n for n in vars(sim) if not n.startswith("__")} - set(sim.__all__) - plain
+    assert not extra, extra
+    assert all(allowed_from("puzzles.sim", n) for n in sim.__all__)
+    assert not any(allowed_from("puzzles.sim", n) for n in ("calling_rank_ledger", "World", "watchdog", "guards"))
+    for name in sim.__all__:
+        value = getattr(sim, name)
+        if isinstance(value, types.ModuleType):  # sim.cuda
+            held = [n for n, v in vars(value).items() if isinstance(v, types.ModuleType)
+                    and v.__name__.startswith(("puzzles.simulator", "grader"))]
+            assert not held, f"sim.{name} holds {held}"
+
+
+def test_every_communication_event_is_read_again_from_the_cost_model():
+    """The grader re-derives each communication op's ticks and bytes from the puzzle's cost model
+    (grader/backends/simulator.py): a run whose op was made cheaper on its way to the clock is refused."""
+    from grader.backends.simulator import comm_problems
+
+    def fn(dist):
+        x = torch.ones(64, dtype=torch.float64)
+        dist.all_reduce(x)
+        if dist.get_rank() == 0:
+            dist.send(x, 1)
+        else:
+            dist.recv(x, 0)
+        dist.barrier()
+
+    cost = sim.CostModel()
+    result = sim.run(fn, 2, cost=cost)
+    assert comm_problems(result.events, cost) == []
+    comm = [e for e in result.events if e.stream == "comm"]
+    assert {e.kind for e in comm} == {"all_reduce", "send", "recv", "barrier"}
+    comm[0].end = comm[0].start  # no time at all
+    assert "took 0 ticks" in comm_problems(result.events, cost)[0]
+    comm[0].end, comm[1].wire_bytes = comm[0].start + 1, 0
+    assert len(comm_problems(result.events, cost)) == 2

@@ -35,6 +35,33 @@ def audit(result, spec: PuzzleSpec, cost=None) -> list[str]:
     expected = spec.cost if cost is None else cost
     if result.cost != expected:
         problems.append(f"the run's cost model {result.cost} is not the puzzle's {expected}")
+    return problems + comm_problems(result.events, expected)
+
+
+def comm_problems(events, cost) -> list[str]:
+    """Each communication op on the clock took the ticks, and sent the bytes, that the puzzle's cost model gives an
+    op of its kind, size and group (clock.py places every op so, and nothing else ever changes them): re-derived
+    here from each event, so that a run whose communication was made cheaper on its way to the clock (its ticks or
+    its bytes written, the cost model swapped for a while) is not a measurement. An all-to-all's time is set by
+    its busiest rank, which one event does not show: its bytes are checked, not its ticks."""
+    problems = []
+    for e in events:
+        if e.stream != "comm":
+            continue
+        peers = tuple(e.peers)
+        if e.kind in ("send", "recv"):
+            ticks, wire = cost.comm_ticks("send", e.nbytes, 2, ranks=peers), e.nbytes
+        elif e.kind in ("all_to_all_single", "all_to_all"):
+            ticks, wire = None, e.wire_bytes
+        else:
+            ticks = cost.comm_ticks(e.kind, e.nbytes, len(peers), ranks=peers)
+            wire = cost.wire_bytes(e.kind, e.nbytes, len(peers), ranks=peers)
+        if (ticks is not None and e.end - e.start != ticks) or e.wire_bytes != wire:
+            problems.append(f"rank {e.rank}'s {e.kind} of {e.nbytes:,} bytes at tick {e.start:,} took {e.end - e.start:,} "
+                            f"ticks and sent {e.wire_bytes:,} bytes, where the puzzle's cost model gives "
+                            f"{ticks if ticks is not None else e.end - e.start:,} ticks and {wire:,} bytes")
+            if len(problems) >= 3:
+                break
     return problems
 
 

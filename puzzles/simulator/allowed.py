@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import _thread
 import inspect
+import logging
 import os
 import sys
 import threading
@@ -144,16 +145,18 @@ OBSERVER_EVENTS = {"sys._current_frames": "sys._current_frames()", "sys.settrace
                    "gc.get_referrers": "gc.get_referrers()", "gc.get_referents": "gc.get_referents()"}
 _INSPECT = inspect.__file__
 _TRACEBACK = traceback.__file__
+_LOGGING = logging.__file__
 _busy = threading.local()  # on: the rule itself, or the dispatch mode once per op, takes a frame (not asked again)
 
 
 def _takes_frames_for(frame) -> bool:
-    """Whether the frame that took a frame is the rank's own code, looking through inspect's functions and
-    traceback's walk_stack/walk_tb (which hand frames on to their caller)."""
+    """Whether the frame that took a frame is the rank's own code, looking through inspect's functions,
+    traceback's walk_stack/walk_tb and logging.currentframe (which hand frames on to their caller)."""
     while frame is not None:
         code = frame.f_code
         name = code.co_filename
-        if name == _INSPECT or (name == _TRACEBACK and code.co_name in ("walk_stack", "walk_tb")):
+        if name == _INSPECT or (name == _TRACEBACK and code.co_name in ("walk_stack", "walk_tb")) or (
+                name == _LOGGING and code.co_name in ("currentframe", "<lambda>")):
             frame = frame.f_back
             continue
         return not _not_the_ranks(name)

@@ -21,7 +21,7 @@ from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _al
                           _broadcast, _Call, _nothing, _reduce_scatter_tensor)
 from .handles import _overlaps
 from .types import (NON_GROUP_MEMBER, AutogradWriteError, NonContiguousError, OverlapError, P2POp, ProcessGroup,
-                    ReduceOp, Work, _desc, _reduce_op, _sig, check_reduce_dtype)
+                    ReduceOp, Work, _desc, _reduce_op, _sig, check_reduce_dtype, handed)
 
 if TYPE_CHECKING:
     from .world import World
@@ -413,7 +413,7 @@ class SimDist:
 
 def _forward(name: str, implementation_method):
     def method(self, *args, **kwargs):
-        return implementation_method(_IMPLEMENTATIONS.of[id(self)], *args, **kwargs)
+        return handed(implementation_method(_IMPLEMENTATIONS.of[id(self)], *args, **kwargs))
 
     method.__name__, method.__qualname__ = name, f"SimDist.{name}"
     method.__doc__ = implementation_method.__doc__

@@ -33,7 +33,6 @@ import time
 
 import torch
 
-from . import guards
 from .cost import TICKS_PER_MS
 
 
@@ -47,7 +46,8 @@ class Event:
         self._cuda = None
 
     def record(self, stream=None) -> None:
-        who = guards.caller()
+        from .guards import caller  # (here, not as this module's name: sim.cuda is this module)
+        who = caller()
         if who is not None:
             clock, host = who.clock, getattr(who, "host", None)
             if host is not None:
@@ -62,7 +62,8 @@ class Event:
 
     def synchronize(self) -> None:
         """Wait until the device has reached the event (with a simulated host, the host waits: a sync)."""
-        who = guards.caller()
+        from .guards import caller  # (here, not as this module's name: sim.cuda is this module)
+        who = caller()
         host = getattr(who, "host", None) if who is not None else None
         if host is not None:
             host.sync(who.clock, "Event.synchronize()", who.site())
@@ -90,9 +91,11 @@ class Event:
 
 def synchronize(device=None) -> None:
     """torch.cuda.synchronize(): wait for the device's queue to empty (a sync, with a simulated host)."""
-    who = guards.caller()
+    from .guards import caller  # (here, not as this module's name: sim.cuda is this module)
+    who = caller()
     host = getattr(who, "host", None) if who is not None else None
     if host is not None:
         host.sync(who.clock, "cuda.synchronize()", who.site())
     elif who is None and torch.cuda.is_available():
         torch.cuda.synchronize(device)
+

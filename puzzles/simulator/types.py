@@ -271,6 +271,60 @@ class Work:
         return f"<Work {self.what} rank={self._rank} {'done' if self._done else 'pending'}>"
 
 
+class _HandleRegistry:
+    """id(a WorkHandle) -> the Work it stands for, while the handle lives. An object, not a module-level dict (the
+    tamper fingerprint holds the simulator's module-level dicts to their contents)."""
+
+    __slots__ = ("of",)
+
+    def __init__(self):
+        self.of: dict = {}
+
+
+_HANDLED = _HandleRegistry()
+
+
+class WorkHandle:
+    """What an async op hands the rank (`dist.isend`, `dist.all_reduce(..., async_op=True)`, ...): torch.distributed's
+    Work, with `wait()`, `is_completed()` and `source_rank()`. A view without levers: the op's state (its place on
+    the clock, its end, whether it is done, who waits for it) is the simulator's Work, found in this module's
+    registry, so that no attribute of the handle leads to it."""
+
+    __slots__ = ("__weakref__",)
+
+    def __init__(self, work: Work):
+        _HANDLED.of[id(self)] = work
+        weakref.finalize(self, _HANDLED.of.pop, id(self), None)
+
+    def wait(self, timeout=None) -> bool:
+        return _HANDLED.of[id(self)].wait(timeout)
+
+    def is_completed(self) -> bool:
+        return _HANDLED.of[id(self)].is_completed()
+
+    def source_rank(self) -> int | None:
+        return _HANDLED.of[id(self)].source_rank()
+
+    _source_rank = source_rank  # the name torch.distributed's own recv uses
+
+    def __getattr__(self, name: str):  # (only for a name that is not found: the API's never reach here)
+        raise AttributeError(f"a work handle has no attribute {name!r}: it offers wait(), is_completed() and "
+                             f"source_rank(), as torch.distributed's Work does, and holds none of the simulator's "
+                             f"state")
+
+    def __repr__(self) -> str:
+        return repr(_HANDLED.of[id(self)])
+
+
+def handed(result):
+    """What a dist call returns, as the rank gets it: each Work as its WorkHandle."""
+    if type(result) is Work:
+        return WorkHandle(result)
+    if type(result) is list and result and type(result[0]) is Work:
+        return [WorkHandle(w) for w in result]
+    return result
+
+
 class _Sig(tuple):
     """(dtype, shape) of a tensor a collective takes, what must agree across ranks: compared as a tuple, shown as
     _desc shows it (a call's signature is compared at every collective and shown only when ranks differ)."""

@@ -319,8 +319,8 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                 torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
                 r.rng = torch.get_rng_state()
                 per_rank = tuple(rank_args[r.rank]) if rank_args is not None else ()
-                r.thread = threading.Thread(target=self._rank_main, args=(r, fn, make_fn, (*args, *per_rank)),
-                                            name=f"sim-rank-{r.rank}", daemon=True)
+                r.thread = _RankThread(target=self._rank_main, args=(r, fn, make_fn, (*args, *per_rank)),
+                                       name=f"sim-rank-{r.rank}", daemon=True)
                 r.thread.start()
             self.running, self.turn_started = 0, time.monotonic()
             self.ranks[0].status = "running"
@@ -446,6 +446,18 @@ def _set_rng_state(me, state: torch.Tensor) -> None:
         _GENERATOR.set_state(state)
     finally:
         me.untracked = False
+
+
+class _RankThread(threading.Thread):
+    """A rank's thread. threading.Thread keeps its target and arguments on the object while it runs, and a rank's
+    code can reach its own thread object (threading.current_thread(), through logging's `threading`): the target,
+    World._rank_main, is bound to the world, and the arguments hold the rank's state. So they are taken off the
+    object before the rank's code starts (what a rank holds is a view without levers: allowed.py)."""
+
+    def run(self):
+        target, args = self._target, self._args
+        del self._target, self._args, self._kwargs
+        target(*args)
 
 
 _active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)
