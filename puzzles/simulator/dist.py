@@ -11,7 +11,6 @@ As in torch.distributed, a rank outside a group (`GroupMember.NON_GROUP_MEMBER`)
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,7 +20,7 @@ from .collectives import (_all_gather, _all_gather_into_tensor, _all_reduce, _al
                           _broadcast, _Call, _nothing, _reduce_scatter_tensor)
 from .handles import _overlaps
 from .types import (NON_GROUP_MEMBER, AutogradWriteError, NonContiguousError, OverlapError, P2POp, ProcessGroup,
-                    ReduceOp, Work, _desc, _reduce_op, _sig, check_reduce_dtype, handed)
+                    Registry, ReduceOp, Work, _desc, _reduce_op, _sig, check_reduce_dtype, handed)
 
 if TYPE_CHECKING:
     from .world import World
@@ -373,18 +372,7 @@ class _Dist:
 # the simulator's state. (Code that reads this module's own globals to get there is a learner who reads the grader
 # to defeat it: docs/grading.md, "Threat model".)
 
-class _Registry:
-    """id(a SimDist) -> its _Dist, while the SimDist lives (weakref.finalize drops it). An object, not a module-level
-    dict: the tamper fingerprint holds the simulator's module-level dicts to their contents, and this one changes
-    with every run."""
-
-    __slots__ = ("of",)
-
-    def __init__(self):
-        self.of: dict = {}
-
-
-_IMPLEMENTATIONS = _Registry()
+_IMPLEMENTATIONS = Registry()  # SimDist -> its _Dist
 
 
 class SimDist:
@@ -397,8 +385,8 @@ class SimDist:
     P2POp = P2POp
 
     def __init__(self, world: World, rank: int):
-        implementation = _IMPLEMENTATIONS.of[id(self)] = _Dist(world, rank)
-        weakref.finalize(self, _IMPLEMENTATIONS.of.pop, id(self), None)
+        implementation = _Dist(world, rank)
+        _IMPLEMENTATIONS.hold(self, implementation)
         self.group = self.GroupMember = implementation.group
 
     def __getattr__(self, name: str):  # (only for a name that is not found: the API's never reach here)

@@ -21,6 +21,8 @@ import weakref
 
 import torch
 
+from .types import Registry
+
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -347,17 +349,7 @@ class Ledger:
         return f"Ledger(rank={self.rank}, current={self.current}, peak={self.peak} at tick {self.peak_tick})"
 
 
-class _Registry:
-    """id(a LedgerView) -> the Ledger it reads, while the view lives. An object, not a module-level dict (the
-    tamper fingerprint holds the simulator's module-level dicts to their contents)."""
-
-    __slots__ = ("of",)
-
-    def __init__(self):
-        self.of: dict = {}
-
-
-_VIEWED = _Registry()
+_VIEWED = Registry()  # LedgerView -> its Ledger
 
 
 class LedgerView:
@@ -370,8 +362,7 @@ class LedgerView:
     __slots__ = ("__weakref__",)
 
     def __init__(self, ledger: Ledger):
-        _VIEWED.of[id(self)] = ledger
-        weakref.finalize(self, _VIEWED.of.pop, id(self), None)
+        _VIEWED.hold(self, ledger)
 
     rank = property(lambda self: _VIEWED.of[id(self)].rank)
     current = property(lambda self: _VIEWED.of[id(self)].current)

@@ -271,17 +271,24 @@ class Work:
         return f"<Work {self.what} rank={self._rank} {'done' if self._done else 'pending'}>"
 
 
-class _HandleRegistry:
-    """id(a WorkHandle) -> the Work it stands for, while the handle lives. An object, not a module-level dict (the
-    tamper fingerprint holds the simulator's module-level dicts to their contents)."""
+class Registry:
+    """What stands behind each object a rank is handed (a dist, a work handle, a ledger's view): id(object) -> the
+    simulator's own object, while the handed one lives (`hold` drops the entry when it dies). It is how an object
+    a rank holds reaches the simulator's state without an attribute that leads there. An object, not a module-level
+    dict: the tamper fingerprint holds the simulator's module-level dicts to their contents, and these change with
+    every run."""
 
     __slots__ = ("of",)
 
     def __init__(self):
         self.of: dict = {}
 
+    def hold(self, handed, behind) -> None:
+        self.of[id(handed)] = behind
+        weakref.finalize(handed, self.of.pop, id(handed), None)
 
-_HANDLED = _HandleRegistry()
+
+_HANDLED = Registry()  # WorkHandle -> its Work
 
 
 class WorkHandle:
@@ -293,8 +300,7 @@ class WorkHandle:
     __slots__ = ("__weakref__",)
 
     def __init__(self, work: Work):
-        _HANDLED.of[id(self)] = work
-        weakref.finalize(self, _HANDLED.of.pop, id(self), None)
+        _HANDLED.hold(self, work)
 
     def wait(self, timeout=None) -> bool:
         return _HANDLED.of[id(self)].wait(timeout)
