@@ -319,3 +319,19 @@ def test_an_endless_loop_that_catches_every_exception_is_stopped():
     for t in [t for t in threading.enumerate() if t.name.startswith("sim-rank")]:
         t.join(timeout=10)
     assert rank_threads() == [], f"still spinning {time.monotonic() - start:.1f} s after the start"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="a process that may use one CPU only (or a system without thread affinity)")
+def test_the_ranks_of_a_run_keep_to_one_cpu_and_the_process_keeps_its_own():
+    """One rank runs at a time, so the ranks' threads share the CPU the run started on: handing the baton across
+    CPUs was most of a collective's cost (world._RankThread). The caller's own thread is left as it was."""
+    before = os.sched_getaffinity(0)
+
+    def fn(dist):
+        return sorted(os.sched_getaffinity(0))
+
+    cpus = sim.run(fn, 4).results
+    assert all(len(c) == 1 for c in cpus) and len({tuple(c) for c in cpus}) == 1, cpus
+    assert cpus[0][0] in before
+    assert os.sched_getaffinity(0) == before

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import threading
 import time
 
@@ -314,6 +315,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
         guards.install(self.guard_caller)
         if self.host_profile is not None:  # Part IV: the tensor methods that copy data to the host are syncs
             host.install()
+        cpu = _current_cpu()
         try:
             for r in self.ranks:
                 torch.manual_seed((self.seed * 65_537 + r.rank) % (2**63))
@@ -321,6 +323,7 @@ class World(_Matching, _Handles, _Diagnosis, _Failures):
                 per_rank = tuple(rank_args[r.rank]) if rank_args is not None else ()
                 r.thread = _RankThread(target=self._rank_main, args=(r, fn, make_fn, (*args, *per_rank)),
                                        name=f"sim-rank-{r.rank}", daemon=True)
+                r.thread.cpu = cpu
                 r.thread.start()
             self.running, self.turn_started = 0, time.monotonic()
             self.ranks[0].status = "running"
@@ -452,12 +455,38 @@ class _RankThread(threading.Thread):
     """A rank's thread. threading.Thread keeps its target and arguments on the object while it runs, and a rank's
     code can reach its own thread object (threading.current_thread(), through logging's `threading`): the target,
     World._rank_main, is bound to the world, and the arguments hold the rank's state. So they are taken off the
-    object before the rank's code starts (what a rank holds is a view without levers: allowed.py)."""
+    object before the rank's code starts (what a rank holds is a view without levers: allowed.py).
+
+    Every rank's thread of a run keeps to one CPU, the one the run started on (Linux; `cpu` None elsewhere): one
+    rank runs at a time, so nothing runs in parallel to lose, and handing the baton to a thread on another CPU
+    costs a wake-up across CPUs: measured on 2 cores, a 4-rank all-reduce of 8 bytes took 309 us with the threads
+    free to move and 136 us on one CPU (the hand-off itself about 50 against 6 us)."""
+
+    cpu: int | None = None
 
     def run(self):
         target, args = self._target, self._args
         del self._target, self._args, self._kwargs
+        if self.cpu is not None:
+            try:
+                os.sched_setaffinity(0, {self.cpu})  # (0: this thread alone)
+            except OSError:  # a CPU this process may not use after all: run anywhere, as before
+                pass
         target(*args)
+
+
+def _current_cpu() -> int | None:
+    """The CPU this thread runs on now (Linux: field 39 of /proc/thread-self/stat), or None where that is unknown
+    or the process may use only one CPU anyway."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    try:
+        with open("/proc/thread-self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        cpu = int(fields[36])  # (fields 3 onwards after the command's closing parenthesis: 39 is the 37th)
+    except (OSError, ValueError, IndexError):
+        return None
+    return cpu if cpu in os.sched_getaffinity(0) else None
 
 
 _active = threading.local()  # .world: the World whose rank runs in this thread (see sim.current_ledger)
